@@ -1,0 +1,73 @@
+# baton: one top-level make. `make` builds bin/baton; `make test` runs the
+# suite against a real etcd that the harness starts and stops. Every target
+# that builds calls `deps` first, so a fresh Debian machine needs nothing else.
+
+CC       ?= cc
+BUILD    ?= build
+BIN      ?= bin/baton
+PKGS     := luajit libuv libcurl libcjson
+OPT      ?= -O2
+WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
+            -Werror=implicit-function-declaration -Werror=return-type
+SAN      ?=
+CFLAGS   ?=
+CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SAN) -fno-strict-aliasing -MMD -MP \
+            -Iruntime -DBATON_VERSION='"$(VERSION)"'
+LDFLAGS  += $(SAN)
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+
+SRCS     := $(wildcard runtime/*.c)
+OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
+LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
+PROVE    ?= prove
+PROVEFLAGS ?=
+
+.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests
+
+all: deps $(BIN)
+
+deps:
+	@sh tools/deps.sh
+
+$(BIN): $(OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(PKG_LIBS)
+
+$(BUILD)/obj/%.o: runtime/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+
+# C unit tests: tests/c/NAME.c -> $(BUILD)/tests/NAME.t, linked with the
+# engine (everything but main.o).
+$(BUILD)/tests/%.t: tests/c/%.c $(LIBOBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Itests/c -o $@ $< $(LIBOBJS) $(LDFLAGS) $(PKG_LIBS)
+
+ctests: $(CTESTS)
+
+# The suite: prove runs tests/c (compiled), tests/lua (bin/baton eval) and
+# tests/cluster (shell), with one etcd started for the run.
+test: all ctests
+	@BATON_BIN=$(CURDIR)/$(BIN) BATON_CTESTS=$(CURDIR)/$(BUILD)/tests \
+	  tests/harness/run-tests $(PROVEFLAGS)
+
+check: test
+
+asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan BIN=build/asan/baton \
+	  OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" test
+
+valgrind: all ctests
+	@BATON_BIN=$(CURDIR)/$(BIN) BATON_CTESTS=$(CURDIR)/$(BUILD)/tests \
+	  BATON_VALGRIND=1 tests/harness/run-tests $(PROVEFLAGS)
+
+bench: all
+	@BATON_BIN=$(CURDIR)/$(BIN) tests/harness/run-bench
+
+clean:
+	rm -rf build bin
+
+-include $(OBJS:.o=.d) $(CTESTS:.t=.d)

@@ -1,0 +1,72 @@
+/*
+ * HTTP/1.1 client on a libuv loop: libcurl's multi interface driven the way
+ * curl's multi-uv example does it (one uv_poll_t per socket, one uv_timer_t).
+ * Connections are kept alive and reused across requests of one bt_http_t.
+ * Every request has a timeout and can be cancelled.
+ */
+#ifndef BATON_HTTP_H
+#define BATON_HTTP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct bt_http_s bt_http_t;
+typedef struct bt_http_req_s bt_http_req_t;
+
+/* Called for each piece of a streaming response body, as it arrives. The
+ * callee may call bt_http_cancel(req) from here. */
+typedef void (*bt_http_data_cb)(bt_http_req_t *req, const char *data,
+                                size_t len, void *arg);
+
+/* Called exactly once when the request ends. err is 0 when an HTTP response
+ * was received (whatever its status), else a BT_E* code; body is the whole
+ * response body for non-streaming requests (NUL-terminated, valid only
+ * during the call) and NULL for streams. The request is freed right after. */
+typedef void (*bt_http_done_cb)(bt_http_req_t *req, int err, long status,
+                                const char *body, size_t len, void *arg);
+
+typedef struct {
+  const char *method;           /* default "POST" when body, else "GET" */
+  const char *url;
+  const char *body;             /* copied */
+  size_t body_len;
+  const char *const *headers;   /* NULL-terminated "Name: value" lines */
+  long timeout_ms;              /* whole request; 0 = none (streams) */
+  long connect_timeout_ms;      /* default 2000 */
+  long low_speed_secs;          /* stream idle limit via TCP keepalive; 0 = off */
+  const char *cacert, *cert, *key;  /* TLS files, or NULL */
+  int insecure;                 /* skip TLS peer verification (tests only) */
+  bt_http_data_cb on_data;      /* non-NULL makes the request a stream */
+  bt_http_done_cb on_done;
+  void *arg;
+} bt_http_opts_t;
+
+/** Makes a client on loop. Returns NULL when out of memory. */
+bt_http_t *bt_http_new(uv_loop_t *loop);
+
+/** Cancels every request (their callbacks run with BT_ECANCELED), closes
+ * the handles and frees the client once libuv has closed them. */
+void bt_http_close(bt_http_t *h);
+
+/** Starts a request. On success *out (if not NULL) is the request, valid
+ * until its on_done has returned. */
+int bt_http_request(bt_http_t *h, const bt_http_opts_t *o, bt_http_req_t **out);
+
+/** Cancels req: its on_done runs with BT_ECANCELED, now or (when called
+ * from one of req's own callbacks) as soon as that callback returns. */
+void bt_http_cancel(bt_http_req_t *req);
+
+/** True when the request was never sent: the failure happened before a
+ * connection was established (so a write provably did not reach the peer). */
+int bt_http_req_unsent(const bt_http_req_t *req);
+
+/** The response's header block ("Name: value\r\n" lines), valid in on_done. */
+const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
+
+/** curl's own error text for the failure, valid in on_done ("" if none). */
+const char *bt_http_req_errtext(const bt_http_req_t *req);
+
+/** Number of requests in flight. */
+int bt_http_active(const bt_http_t *h);
+
+#endif

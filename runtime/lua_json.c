@@ -1,0 +1,245 @@
+/*
+ * baton.json: encode/decode with cJSON, and the conversions the other
+ * bindings use. A Lua table whose keys are exactly 1..n is an array; an
+ * empty table is an object unless it carries baton.json.array's metatable;
+ * baton.json.null stands for JSON null.
+ */
+#include "lua_json.h"
+#include "lua_mod.h"
+#include "rt.h"
+#include "err.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NULL_KEY "baton.json.null"
+#define ARRAY_MT "baton.json.array"
+#define MAX_DEPTH 200
+
+static void push_null(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, NULL_KEY);
+}
+
+void bt_lua_push_json(lua_State *L, const cJSON *j) {
+  const cJSON *c;
+  int i = 1;
+  luaL_checkstack(L, 4, "json too deep");
+  switch (j->type & 0xff) {
+  case cJSON_False: lua_pushboolean(L, 0); break;
+  case cJSON_True: lua_pushboolean(L, 1); break;
+  case cJSON_NULL: push_null(L); break;
+  case cJSON_Number: lua_pushnumber(L, j->valuedouble); break;
+  case cJSON_String: lua_pushstring(L, j->valuestring); break;
+  case cJSON_Array:
+    lua_createtable(L, cJSON_GetArraySize(j), 0);
+    for (c = j->child; c; c = c->next) {
+      bt_lua_push_json(L, c);
+      lua_rawseti(L, -2, i++);
+    }
+    if (i == 1) luaL_setmetatable(L, ARRAY_MT);
+    break;
+  case cJSON_Object:
+    lua_newtable(L);
+    for (c = j->child; c; c = c->next) {
+      bt_lua_push_json(L, c);
+      lua_setfield(L, -2, c->string);
+    }
+    break;
+  default: lua_pushnil(L);
+  }
+}
+
+static int is_null(lua_State *L, int idx) {
+  int r;
+  push_null(L);
+  r = lua_rawequal(L, idx < 0 ? idx - 1 : idx, -1);
+  lua_pop(L, 1);
+  return r;
+}
+
+/* Array length if the table at idx is a proper array (keys 1..n), else -1. */
+static int array_len(lua_State *L, int idx) {
+  int n = 0, max = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      double k = lua_tonumber(L, -1);
+      if (k >= 1 && k == floor(k) && k < 1e9) {
+        n++;
+        if (k > max) max = (int) k;
+        continue;
+      }
+    }
+    lua_pop(L, 1);
+    return -1;
+  }
+  return n == max ? n : -1;
+}
+
+static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
+  cJSON *j = NULL;
+  if (idx < 0) idx = lua_gettop(L) + idx + 1;
+  if (depth > MAX_DEPTH) {
+    snprintf(err, len, "table nested too deep (or a cycle)");
+    return NULL;
+  }
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL: return cJSON_CreateNull();
+  case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
+  case LUA_TNUMBER: {
+    double d = lua_tonumber(L, idx);
+    if (!isfinite(d)) {
+      snprintf(err, len, "cannot encode %s number", isnan(d) ? "NaN" : "infinite");
+      return NULL;
+    }
+    return cJSON_CreateNumber(d);
+  }
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    if (memchr(s, '\0', n)) {
+      snprintf(err, len, "cannot encode a string with a NUL byte");
+      return NULL;
+    }
+    return cJSON_CreateString(s);
+  }
+  case LUA_TTABLE: {
+    int n;
+    if (is_null(L, idx)) return cJSON_CreateNull();
+    luaL_checkstack(L, 6, "json too deep");
+    n = array_len(L, idx);
+    if (n == 0) {
+      int arr = 0;
+      if (lua_getmetatable(L, idx)) {
+        luaL_getmetatable(L, ARRAY_MT);
+        arr = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+      }
+      return arr ? cJSON_CreateArray() : cJSON_CreateObject();
+    }
+    if (n > 0) {
+      int i;
+      j = cJSON_CreateArray();
+      for (i = 1; i <= n; i++) {
+        cJSON *c;
+        lua_rawgeti(L, idx, i);
+        c = to_json(L, -1, depth + 1, err, len);
+        lua_pop(L, 1);
+        if (!c) {
+          cJSON_Delete(j);
+          return NULL;
+        }
+        cJSON_AddItemToArray(j, c);
+      }
+      return j;
+    }
+    j = cJSON_CreateObject();
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      cJSON *c;
+      const char *k;
+      if (lua_type(L, -2) == LUA_TSTRING) k = lua_tostring(L, -2);
+      else if (lua_type(L, -2) == LUA_TNUMBER) {
+        snprintf(err, len, "cannot encode a sparse array or a table that "
+                 "mixes array and object keys");
+        lua_pop(L, 2);
+        cJSON_Delete(j);
+        return NULL;
+      } else {
+        snprintf(err, len, "cannot encode a %s key", luaL_typename(L, -2));
+        lua_pop(L, 2);
+        cJSON_Delete(j);
+        return NULL;
+      }
+      c = to_json(L, -1, depth + 1, err, len);
+      if (!c) {
+        lua_pop(L, 2);
+        cJSON_Delete(j);
+        return NULL;
+      }
+      cJSON_AddItemToObject(j, k, c);
+      lua_pop(L, 1);
+    }
+    return j;
+  }
+  default:
+    snprintf(err, len, "cannot encode a %s", luaL_typename(L, idx));
+    return NULL;
+  }
+}
+
+cJSON *bt_lua_to_json(lua_State *L, int idx, char *err, size_t errlen) {
+  err[0] = '\0';
+  return to_json(L, idx, 0, err, errlen);
+}
+
+static int l_encode(lua_State *L) {
+  char err[256];
+  cJSON *j;
+  char *s;
+  luaL_checkany(L, 1);
+  j = bt_lua_to_json(L, 1, err, sizeof(err));
+  if (!j) return luaL_error(L, "baton.json.encode: %s", err);
+  s = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  if (!s) return luaL_error(L, "baton.json.encode: out of memory");
+  lua_pushstring(L, s);
+  free(s);
+  return 1;
+}
+
+static int l_decode(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  const char *end = NULL;
+  cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+  if (!j) {
+    size_t at = end && end >= s ? (size_t) (end - s) : 0;
+    char msg[96];
+    snprintf(msg, sizeof(msg), "invalid JSON at byte %zu", at + 1);
+    return bt_push_fail(L, BT_EINVAL, msg);
+  }
+  bt_lua_push_json(L, j);
+  cJSON_Delete(j);
+  return 1;
+}
+
+static int l_array(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) lua_newtable(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  luaL_setmetatable(L, ARRAY_MT);
+  return 1;
+}
+
+static int null_tostring(lua_State *L) {
+  lua_pushliteral(L, "null");
+  return 1;
+}
+
+int bt_lua_open_json(lua_State *L) {
+  lua_newtable(L);
+  /* stack: baton json */
+  lua_newtable(L);
+  lua_newtable(L);
+  lua_pushcfunction(L, null_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);
+  lua_setfield(L, -2, "null");
+  luaL_newmetatable(L, ARRAY_MT);
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_encode);
+  lua_setfield(L, -2, "encode");
+  lua_pushcfunction(L, l_decode);
+  lua_setfield(L, -2, "decode");
+  lua_pushcfunction(L, l_array);
+  lua_setfield(L, -2, "array");
+  lua_setfield(L, -2, "json");
+  return 0;
+}

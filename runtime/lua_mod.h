@@ -1,0 +1,21 @@
+/*
+ * The Lua modules baton opens into the `baton` table.
+ *
+ * Each bt_lua_open_<mod>() is called with the `baton` table on top of the
+ * stack; it sets its fields on that table (baton.cron, baton.exec, ...) and
+ * leaves the stack as it found it. It returns 0.
+ */
+#ifndef BATON_LUA_MOD_H
+#define BATON_LUA_MOD_H
+
+#include <lua.h>
+
+int bt_lua_open_core(lua_State *L);   /* now, sleep, go, version */
+int bt_lua_open_json(lua_State *L);   /* baton.json */
+int bt_lua_open_log(lua_State *L);    /* baton.log */
+int bt_lua_open_etcd(lua_State *L);   /* baton.etcd (client), baton._etcd */
+int bt_lua_open_exec(lua_State *L);   /* baton.exec */
+int bt_lua_open_http(lua_State *L);   /* baton.http */
+int bt_lua_open_cron(lua_State *L);   /* baton.cron */
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * The baton command: global flags, then a subcommand (design.md section 4).
+ * Exit status: 0 success, 1 failure, 2 usage error.
+ */
+#include "cli.h"
+#include "rt.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bt_config_t config;
+
+const bt_config_t *bt_cli_config(void) {
+  return &config;
+}
+
+static const char usage[] =
+  "usage: baton [global flags] COMMAND [ARGS...]\n"
+  "\n"
+  "commands:\n"
+  "  version                         print the version\n"
+  "  eval FILE.lua [ARGS...]         run a script with the Lua API\n"
+  "  cron EXPR [--tz ZONE] [-n N] [--from TIME]   print the next fire times\n"
+  "\n"
+  "global flags (and environment):\n"
+  "  --endpoints URLS   BATON_ENDPOINTS  comma-separated etcd URLs\n"
+  "                                      (default http://127.0.0.1:2379)\n"
+  "  --prefix P         BATON_PREFIX     key prefix (default /baton/)\n"
+  "  --user U           BATON_USER       etcd user\n"
+  "  --password P       BATON_PASSWORD   etcd password\n"
+  "  --cacert F --cert F --key F         TLS (BATON_CACERT, BATON_CERT, BATON_KEY)\n";
+
+static const struct {
+  const char *flag;
+  const char **slot;
+  const char *env;
+} globals[] = {
+  {"--endpoints", &config.endpoints, "BATON_ENDPOINTS"},
+  {"--prefix", &config.prefix, "BATON_PREFIX"},
+  {"--user", &config.user, "BATON_USER"},
+  {"--password", &config.password, "BATON_PASSWORD"},
+  {"--cacert", &config.cacert, "BATON_CACERT"},
+  {"--cert", &config.cert, "BATON_CERT"},
+  {"--key", &config.key, "BATON_KEY"},
+};
+#define NGLOBALS (sizeof(globals) / sizeof(globals[0]))
+
+/* If argv[*i] is a global flag ("--x V" or "--x=V"), stores it, advances
+ * *i past it and returns 1; returns -1 on a flag missing its value. */
+static int global_flag(int argc, char **argv, int *i) {
+  size_t g;
+  for (g = 0; g < NGLOBALS; g++) {
+    size_t n = strlen(globals[g].flag);
+    if (strncmp(argv[*i], globals[g].flag, n) != 0) continue;
+    if (argv[*i][n] == '=') {
+      *globals[g].slot = argv[*i] + n + 1;
+      (*i)++;
+      return 1;
+    }
+    if (argv[*i][n] != '\0') continue;
+    if (*i + 1 >= argc) {
+      fprintf(stderr, "baton: %s needs a value\n", globals[g].flag);
+      return -1;
+    }
+    *globals[g].slot = argv[*i + 1];
+    *i += 2;
+    return 1;
+  }
+  return 0;
+}
+
+static void config_defaults(void) {
+  size_t g;
+  for (g = 0; g < NGLOBALS; g++) {
+    const char *v = getenv(globals[g].env);
+    if (!*globals[g].slot && v && *v) *globals[g].slot = v;
+  }
+  if (!config.endpoints) config.endpoints = "http://127.0.0.1:2379";
+  if (!config.prefix) config.prefix = "/baton/";
+}
+
+/* Sets baton.config from the global settings. */
+static void push_config(lua_State *L) {
+  size_t g;
+  lua_getglobal(L, "baton");
+  lua_newtable(L);
+  for (g = 0; g < NGLOBALS; g++) {
+    if (!*globals[g].slot) continue;
+    lua_pushstring(L, *globals[g].slot);
+    lua_setfield(L, -2, globals[g].flag + 2);
+  }
+  lua_setfield(L, -2, "config");
+  lua_pop(L, 1);
+}
+
+static void main_end(bt_co_t *co, const char *err, void *arg) {
+  if (!err) return;
+  fprintf(stderr, "baton: %s\n", err);
+  bt_rt_stop(arg, 1);
+}
+
+int bt_cli_eval(int argc, char **argv) {
+  bt_rt_t *rt;
+  lua_State *L;
+  const char *file;
+  int i = 1, r, nargs, status;
+
+  while (i < argc && (r = global_flag(argc, argv, &i)) != 0)
+    if (r < 0) return 2;
+  if (i >= argc) {
+    fprintf(stderr, "baton: eval needs a FILE\nusage: baton eval FILE.lua [ARGS...]\n");
+    return 2;
+  }
+  file = argv[i++];
+  config_defaults();
+  rt = bt_rt_new();
+  if (!rt) return 1;
+  L = bt_rt_L(rt);
+  push_config(L);
+  /* arg = {[0] = FILE, ARGS...}, as the standalone interpreter does */
+  lua_createtable(L, argc - i, 1);
+  lua_pushstring(L, file);
+  lua_rawseti(L, -2, 0);
+  for (nargs = 0; i + nargs < argc; nargs++) {
+    lua_pushstring(L, argv[i + nargs]);
+    lua_rawseti(L, -2, nargs + 1);
+  }
+  lua_setglobal(L, "arg");
+  if (luaL_loadfile(L, file)) {
+    const char *msg = lua_tostring(L, -1);
+    if (msg && strncmp(msg, "cannot open", 11) == 0)
+      fprintf(stderr, "baton: %s\n", msg);
+    else
+      fprintf(stderr, "baton: %s\n", msg ? msg : "cannot load script");
+    bt_rt_free(rt);
+    return 1;
+  }
+  for (r = 0; r < nargs; r++) lua_pushstring(L, argv[argc - nargs + r]);
+  if (!bt_co_spawn(rt, L, nargs, main_end, rt)) {
+    fprintf(stderr, "baton: out of memory\n");
+    bt_rt_free(rt);
+    return 1;
+  }
+  bt_rt_run(rt);
+  status = bt_rt_status(rt);
+  bt_rt_free(rt);
+  return status;
+}
+
+static int cli_version(int argc, char **argv) {
+  printf("baton %s\n", BATON_VERSION);
+  return 0;
+}
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+} commands[] = {
+  {"version", cli_version},
+  {"eval", bt_cli_eval},
+  {"cron", bt_cli_cron},
+};
+
+int main(int argc, char **argv) {
+  int i = 1, r;
+  size_t c;
+
+  while (i < argc && (r = global_flag(argc, argv, &i)) != 0)
+    if (r < 0) return 2;
+  if (i >= argc) {
+    fputs(usage, stderr);
+    return 2;
+  }
+  if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") ||
+      !strcmp(argv[i], "help")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (!strcmp(argv[i], "--version")) return cli_version(0, NULL);
+  for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+    if (strcmp(argv[i], commands[c].name) == 0) {
+      config_defaults();
+      return commands[c].fn(argc - i, argv + i);
+    }
+  }
+  fprintf(stderr, "baton: unknown command \"%s\"\n%s", argv[i], usage);
+  return 2;
+}

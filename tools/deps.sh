@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs the Debian packages baton needs to build and test, if any is
+# missing: apt-get as root (updating the package lists only when a package
+# cannot be found), otherwise prints the exact command and fails.
+set -u
+pkgs="libluajit-5.1-dev libuv1-dev libcurl4-openssl-dev libcjson-dev pkg-config
+      etcd-server etcd-client tzdata build-essential"
+missing=""
+for p in $pkgs; do
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
+  case "$st" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
+done
+[ -z "$missing" ] && exit 0
+cmd="apt-get install -y --no-install-recommends$missing"
+if [ "$(id -u)" != 0 ]; then
+  echo "baton: missing packages:$missing" >&2
+  echo "baton: run as root: $cmd" >&2
+  exit 1
+fi
+echo "baton: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y --no-install-recommends $missing >/dev/null 2>&1; then
+  apt-get update >/dev/null 2>&1 || { echo "baton: apt-get update failed" >&2; exit 1; }
+  apt-get install -y --no-install-recommends $missing || {
+    echo "baton: could not install:$missing" >&2; exit 1; }
+fi
