@@ -293,7 +293,7 @@ static void on_call_http(bt_http_req_t *req, int err, long status,
       call->ep = (call->ep + 1) % c->neps;
       if (call_send(call) == 0) return;
     }
-    if (err == BT_ETIMEDOUT || !why[0])
+    if ((err != BT_EIO && err != BT_ETLS) || !why[0])
       snprintf(msg, sizeof(msg), "etcd %s: %s", ep, bt_strerror(err));
     else
       snprintf(msg, sizeof(msg), "etcd %s: %s (%s)", ep, bt_strerror(err), why);

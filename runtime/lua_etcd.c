@@ -207,6 +207,7 @@ typedef struct {
   uv_timer_t *timer;         /* next()'s timeout; freed in its close cb */
   int state;
   int err;
+  int connects;              /* streams established, kept after the end */
   int64_t rev;               /* created revision, or the compact revision */
   char msg[512];
 } watch_t;
@@ -305,6 +306,7 @@ static void on_watch(bt_etcd_watch_t *w, int kind, int err, cJSON *json,
     resume_waiter(wt);
     return;
   case BT_WATCH_CLOSED:
+    wt->connects = bt_etcd_watch_connects(w);
     wt->w = NULL;
     if (wt->state != W_ENDED) {
       wt->state = W_ENDED;
@@ -423,7 +425,7 @@ static int l_watch_revision(lua_State *L) {
 
 static int l_watch_connects(lua_State *L) {
   watch_t *wt = luaL_checkudata(L, 1, WATCH_MT);
-  lua_pushinteger(L, wt->w ? bt_etcd_watch_connects(wt->w) : 0);
+  lua_pushinteger(L, wt->w ? bt_etcd_watch_connects(wt->w) : wt->connects);
   return 1;
 }
 
