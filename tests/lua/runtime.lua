@@ -96,8 +96,8 @@ T.is(r3.code, 1, "an error in a baton.go coroutine fails the script")
 T.like(r3.stderr, "in go", "and is reported")
 T.unlike(r3.stdout, "not reached", "without waiting for the others")
 
-local r4 = eval('print(select("#", ...), ..., arg[0] ~= nil, arg[2])', "a", "b")
-T.is(r4.stdout, "2\ta\tb\ttrue\tb\n", "ARGS as ... and arg")
+local r4 = eval('print(select("#", ...), arg[0] ~= nil, arg[2], ...)', "a", "b")
+T.is(r4.stdout, "2\ttrue\tb\ta\tb\n", "ARGS as ... and arg")
 
 local r5 = eval('x = = 1')
 T.is(r5.code, 1, "syntax error: exit 1")
