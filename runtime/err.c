@@ -7,7 +7,7 @@ const char *bt_err_name(int err) {
     BT_ERRNO_MAP(XX)
 #undef XX
   }
-  if (err < 0 && err > -4096) return uv_err_name(err) ? uv_err_name(err) + 0 : "EUNKNOWN";
+  if (err < 0 && err > -4096) return uv_err_name(err);
   return "EUNKNOWN";
 }
 
