@@ -12,7 +12,7 @@ WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SAN) -fno-strict-aliasing -MMD -MP \
-            -Iruntime -DBATON_VERSION='"$(VERSION)"'
+            -Iruntime -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(CURDIR)/lua"'
 LDFLAGS  += $(SAN)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -34,17 +34,20 @@ deps:
 
 $(BIN): $(OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(PKG_LIBS)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $(OBJS) $(PKG_LIBS)
 
 $(BUILD)/obj/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
 
 # C unit tests: tests/c/NAME.c -> $(BUILD)/tests/NAME.t, linked with the
 # engine (everything but main.o).
 $(BUILD)/tests/%.t: tests/c/%.c $(LIBOBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Itests/c -o $@ $< $(LIBOBJS) $(LDFLAGS) $(PKG_LIBS)
+	@echo "  TEST  $@"
+	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -Itests/c -o $@ $< $(LIBOBJS) $(LDFLAGS) $(PKG_LIBS)
 
 ctests: $(CTESTS)
 

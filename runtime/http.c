@@ -16,6 +16,7 @@
 #include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_BODY (512u << 20)
 
@@ -32,6 +33,9 @@ struct bt_http_s {
   int nreq;
   int in_curl;             /* > 0 while inside curl_multi_socket_action */
   int closing;
+  CURL *pool[16];          /* reset easy handles kept for reuse */
+  struct sock_s *socks;    /* poll handles of curl's open sockets */
+  int npool;
 };
 
 struct bt_http_req_s {
@@ -50,10 +54,11 @@ struct bt_http_req_s {
   char errbuf[CURL_ERROR_SIZE];
 };
 
-typedef struct {
+typedef struct sock_s {
   uv_poll_t poll;
   curl_socket_t fd;
   bt_http_t *h;
+  struct sock_s *next;
 } sock_t;
 
 static int global_refs;
@@ -125,7 +130,13 @@ static void finish(bt_http_req_t *req, int err) {
   req->on_done(req, err, status, req->on_data ? NULL : (req->resp.p ? req->resp.p : ""),
                req->resp.len, req->arg);
 
-  curl_easy_cleanup(req->easy);
+  /* Reusing a reset easy handle saves its setup on every request. */
+  if (h->npool < (int) (sizeof(h->pool) / sizeof(h->pool[0])) && !h->closing) {
+    curl_easy_reset(req->easy);
+    h->pool[h->npool++] = req->easy;
+  } else {
+    curl_easy_cleanup(req->easy);
+  }
   curl_slist_free_all(req->hdrs);
   free(req->body);
   free(req->resp.p);
@@ -185,6 +196,33 @@ static void on_sock_close(uv_handle_t *hd) {
   free(hd->data);
 }
 
+/* The poll handle of fd, if one is kept (a kept-alive connection's handle
+ * outlives its transfers: stopping a poll is cheaper than closing it and
+ * making a new one, which costs epoll and ioctl calls per request). */
+static sock_t *sock_find(bt_http_t *h, curl_socket_t fd) {
+  sock_t *sk;
+  for (sk = h->socks; sk; sk = sk->next)
+    if (sk->fd == fd) return sk;
+  return NULL;
+}
+
+static void sock_drop(sock_t *sk) {
+  bt_http_t *h = sk->h;
+  sock_t **pp = &h->socks;
+  while (*pp && *pp != sk) pp = &(*pp)->next;
+  if (*pp) *pp = sk->next;
+  uv_close((uv_handle_t *) &sk->poll, on_sock_close);
+}
+
+/* curl closes its sockets through here, so that the poll handle is closed
+ * (and libuv stops watching the fd) before the fd is, never after. */
+static int on_close_socket(void *userp, curl_socket_t fd) {
+  bt_http_t *h = userp;
+  sock_t *sk = sock_find(h, fd);
+  if (sk) sock_drop(sk);
+  return close(fd);
+}
+
 /* curl's socket callback: start, change or stop watching fd. */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
                      void *socketp) {
@@ -192,12 +230,9 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
   sock_t *sk = socketp;
   int events = 0;
 
+  if (!sk) sk = sock_find(h, fd);
   if (what == CURL_POLL_REMOVE) {
-    if (sk) {
-      uv_poll_stop(&sk->poll);
-      curl_multi_assign(h->multi, fd, NULL);
-      uv_close((uv_handle_t *) &sk->poll, on_sock_close);
-    }
+    if (sk) uv_poll_stop(&sk->poll);
     return 0;
   }
   if (!sk) {
@@ -210,20 +245,24 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
       return -1;
     }
     sk->poll.data = sk;
-    curl_multi_assign(h->multi, fd, sk);
+    sk->next = h->socks;
+    h->socks = sk;
   }
+  curl_multi_assign(h->multi, fd, sk);
   if (what & CURL_POLL_IN) events |= UV_READABLE;
   if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
   uv_poll_start(&sk->poll, events, on_poll);
   return 0;
 }
 
-/* curl's timer callback: wake curl after ms; -1 stops. 0 means "soon", but
- * never from inside this callback, so it becomes 1 ms. */
+/* curl's timer callback: wake curl after ms; -1 stops. 0 means "as soon as
+ * possible but not from inside this callback": a 0 ms uv timer fires on the
+ * loop's next turn, never synchronously. (Rounding it up to 1 ms, as some
+ * examples do, adds a millisecond to every request.) */
 static int on_timer_set(CURLM *m, long ms, void *userp) {
   bt_http_t *h = userp;
   if (ms < 0) uv_timer_stop(&h->timer);
-  else uv_timer_start(&h->timer, on_timer, ms ? (uint64_t) ms : 1, 0);
+  else uv_timer_start(&h->timer, on_timer, (uint64_t) ms, 0);
   return 0;
 }
 
@@ -280,10 +319,12 @@ void bt_http_close(bt_http_t *h) {
   if (!h || h->closing) return;
   h->closing = 1;
   while (h->reqs) finish(h->reqs, BT_ECANCELED);
+  while (h->npool) curl_easy_cleanup(h->pool[--h->npool]);
   /* curl_multi_cleanup closes cached connections: REMOVE callbacks close
    * their polls before the loop runs again. */
   curl_multi_cleanup(h->multi);
   h->multi = NULL;
+  while (h->socks) sock_drop(h->socks); /* sockets curl did not close */
   uv_timer_stop(&h->timer);
   uv_close((uv_handle_t *) &h->timer, on_timer_close);
 }
@@ -299,7 +340,7 @@ int bt_http_request(bt_http_t *h, const bt_http_opts_t *o,
   if (h->closing) return BT_ECLOSED;
   req = calloc(1, sizeof(*req));
   if (!req) return BT_ENOMEM;
-  e = curl_easy_init();
+  e = h->npool ? h->pool[--h->npool] : curl_easy_init();
   if (!e) {
     free(req);
     return BT_ENOMEM;
@@ -314,6 +355,11 @@ int bt_http_request(bt_http_t *h, const bt_http_opts_t *o,
   curl_easy_setopt(e, CURLOPT_PRIVATE, (char *) req);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  /* No proxy: etcd is reached directly, and it spares curl reading the
+   * proxy variables of the environment on every request. */
+  curl_easy_setopt(e, CURLOPT_PROXY, "");
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, h);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
