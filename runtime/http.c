@@ -99,7 +99,7 @@ static int map_curl(CURLcode c) {
   case CURLE_GOT_NOTHING:
   case CURLE_PARTIAL_FILE: return BT_ECONNRESET;
   case CURLE_OUT_OF_MEMORY: return BT_ENOMEM;
-  case CURLE_WRITE_ERROR: return BT_ENOMEM; /* body over MAX_BODY */
+  case CURLE_WRITE_ERROR: return BT_ETOOLARGE; /* body over MAX_BODY */
   case CURLE_URL_MALFORMAT:
   case CURLE_UNSUPPORTED_PROTOCOL: return BT_EINVAL;
   default: return BT_EIO;
@@ -358,6 +358,7 @@ int bt_http_request(bt_http_t *h, const bt_http_opts_t *o,
   /* No proxy: etcd is reached directly, and it spares curl reading the
    * proxy variables of the environment on every request. */
   curl_easy_setopt(e, CURLOPT_PROXY, "");
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
   curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, h);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);

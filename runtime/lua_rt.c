@@ -10,6 +10,7 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,9 @@ static int l_sleep(lua_State *L) {
   s->co = co;
   uv_timer_init(bt_lua_loop(L), &s->t);
   s->t.data = s;
+  /* The loop's cached time is from before Lua started running; without an
+   * update the sleep would end early by however long Lua ran since. */
+  uv_update_time(bt_lua_loop(L));
   uv_timer_start(&s->t, on_sleep, (uint64_t) (secs * 1000.0 + 0.5), 0);
   return bt_co_wait(L, co, sleep_cancel, s);
 }
@@ -426,6 +430,9 @@ bt_rt_t *bt_rt_new(void) {
   bt_rt_t *rt = calloc(1, sizeof(*rt));
   lua_State *L;
   if (!rt) return NULL;
+  /* A peer (etcd, a child's stdin) closing on us must be an EPIPE error,
+   * not the end of the process. */
+  signal(SIGPIPE, SIG_IGN);
   if (uv_loop_init(&rt->loop)) {
     free(rt);
     return NULL;

@@ -46,7 +46,9 @@ void bt_rt_run(bt_rt_t *rt);
 void bt_rt_stop(bt_rt_t *rt, int status);
 int bt_rt_status(const bt_rt_t *rt);
 
-/** Closes every handle, runs the loop until it is empty, closes Lua. */
+/** Kills the coroutines left (their cancel callbacks run, nothing is
+ * resumed), then runs the closers, runs the loop until every handle has
+ * closed, and closes Lua last, so no __gc sees a live handle. */
 void bt_rt_free(bt_rt_t *rt);
 
 bt_rt_t *bt_rt_from(lua_State *L);
@@ -71,7 +73,9 @@ bt_co_t *bt_co_spawn(bt_rt_t *rt, lua_State *L, int nargs, bt_co_end_cb end_cb,
                      void *arg);
 
 /** The baton coroutine that is running L, for waiting API `api`. Raises a
- * Lua error naming api when L cannot wait here. */
+ * Lua error naming api when L cannot wait here. It has no side effect, so
+ * the API may still return at once (say, when starting its operation
+ * failed) instead of waiting. */
 bt_co_t *bt_co_current(lua_State *L, const char *api);
 
 /** Suspends the current coroutine until bt_co_resume. Use as a tail call:

@@ -67,7 +67,8 @@ static void test_logfmt(void) {
          "ts=2026-11-30T13:49:01.123Z level=warn msg=\"x\"\n",
          "logfmt: msg is always quoted, no fields");
   is_str(fmt(BT_LOG_LOGFMT, BT_LOG_ERROR, "a \"b\"\nc\\", NULL, 0),
-         "ts=2026-11-30T13:49:01.123Z level=error msg=\"a \\\"b\\\"\\nc\\\\\"\n",
+         "ts=2026-11-30T13:49:01.123Z level=error "
+         "msg=\"a \\\"b\\\"\\nc\\\\\"\n",
          "logfmt: msg escapes quote, newline, backslash");
   is_str(fmt(BT_LOG_LOGFMT, BT_LOG_DEBUG, "q", quoting, 10),
          "ts=2026-11-30T13:49:01.123Z level=debug msg=\"q\" empty=\"\" "
@@ -144,11 +145,13 @@ static void test_truncation(void) {
   size_t d = bt_log_format(NULL, 0, BT_LOG_LOGFMT, TS, BT_LOG_INFO, "hello",
                            5, f, 1);
   is_int((long long) n, (long long) strlen(full), "returns the line length");
-  is_int((long long) m, (long long) n, "a short buffer returns the full length");
+  is_int((long long) m, (long long) n,
+         "a short buffer returns the full length");
   is_int((long long) d, (long long) n, "dry run with a NULL buffer");
   is_int((long long) strlen(small), (long long) sizeof(small) - 1,
          "truncated output is NUL-terminated");
-  ok(strncmp(small, full, sizeof(small) - 1) == 0, "truncated output is a prefix");
+  ok(strncmp(small, full, sizeof(small) - 1) == 0,
+     "truncated output is a prefix");
 }
 
 static void test_sort(void) {
@@ -167,12 +170,15 @@ static void test_sort(void) {
 static void test_parse(void) {
   bt_log_level_t lv = BT_LOG_ERROR;
   bt_log_format_t fm = BT_LOG_JSON;
-  ok(bt_log_level_parse("debug", &lv) == 0 && lv == BT_LOG_DEBUG, "level debug");
+  ok(bt_log_level_parse("debug", &lv) == 0 && lv == BT_LOG_DEBUG,
+     "level debug");
   ok(bt_log_level_parse("WARN", &lv) == 0 && lv == BT_LOG_WARN, "level WARN");
   ok(bt_log_level_parse("warning", &lv) == 0 && lv == BT_LOG_WARN,
      "level warning");
-  ok(bt_log_level_parse("Error", &lv) == 0 && lv == BT_LOG_ERROR, "level Error");
-  is_int(bt_log_level_parse("verbose", &lv), BT_EINVAL, "unknown level: EINVAL");
+  ok(bt_log_level_parse("Error", &lv) == 0 && lv == BT_LOG_ERROR,
+     "level Error");
+  is_int(bt_log_level_parse("verbose", &lv), BT_EINVAL,
+         "unknown level: EINVAL");
   is_int(bt_log_level_parse(NULL, &lv), BT_EINVAL, "NULL level: EINVAL");
   ok(bt_log_format_parse("logfmt", &fm) == 0 && fm == BT_LOG_LOGFMT, "logfmt");
   ok(bt_log_format_parse("JSON", &fm) == 0 && fm == BT_LOG_JSON, "JSON");
