@@ -74,3 +74,29 @@ clean:
 	rm -rf build bin
 
 -include $(OBJS:.o=.d) $(CTESTS:.t=.d)
+
+# --- cron ---
+# make fuzz: the cron parser's libFuzzer target (clang -fsanitize=fuzzer with
+# ASan + UBSan), run for FUZZ_TIME seconds (default 600) on a corpus in
+# build/fuzz/corpus seeded from fuzz/corpus. Crash inputs are copied to
+# fuzz/regressions/, which tests/c/test-cron-fuzz.c replays on `make test`.
+FUZZ_TIME ?= 600
+FUZZ_CC   ?= clang
+FUZZ_SRCS := fuzz/cron_fuzz.c runtime/cron.c runtime/tz.c runtime/err.c
+
+build/fuzz/cron_fuzz: $(FUZZ_SRCS) runtime/cron.h runtime/tz.h runtime/err.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -Iruntime \
+	  $$(pkg-config --cflags libuv) -o $@ $(FUZZ_SRCS) \
+	  $$(pkg-config --libs libuv)
+
+fuzz: deps build/fuzz/cron_fuzz
+	@mkdir -p build/fuzz/corpus build/fuzz/crashes
+	@cp fuzz/corpus/* build/fuzz/corpus/
+	@rc=0; build/fuzz/cron_fuzz -max_total_time=$(FUZZ_TIME) -timeout=10 \
+	  -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus || rc=$$?; \
+	for f in build/fuzz/crashes/*; do \
+	  [ -f "$$f" ] && cp "$$f" fuzz/regressions/; done; exit $$rc
+# --- end cron ---
