@@ -21,6 +21,7 @@
 
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CLIENT_MT "baton.etcd_client"
@@ -547,6 +548,18 @@ static int l_b64encode(lua_State *L) {
   return 1;
 }
 
+/* The lowercase hex form of a lease id, as etcd's lock and election
+ * recipes name keys ("name/<hex>"); ids are decimal strings in Lua. */
+static int l_hexid(lua_State *L) {
+  const char *s = luaL_checkstring(L, 1);
+  char *end, buf[24];
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end) luaL_argerror(L, 1, "a lease id (decimal digits) expected");
+  snprintf(buf, sizeof(buf), "%llx", (unsigned long long) v);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
 static int l_b64decode(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
@@ -602,6 +615,8 @@ int bt_lua_open_etcd(lua_State *L) {
   lua_setfield(L, -2, "b64encode");
   lua_pushcfunction(L, l_b64decode);
   lua_setfield(L, -2, "b64decode");
+  lua_pushcfunction(L, l_hexid);
+  lua_setfield(L, -2, "hexid");
   lua_setfield(L, -2, "_etcd");
   return 0;
 }

@@ -49,6 +49,7 @@ struct bt_rt_s {
   uv_idle_t idle;            /* drains the ready queue */
   bt_closer_t *closers;
   int status;
+  int exit_requested;        /* baton.exit was called */
   int stopping;
   int shut;
 };
@@ -196,6 +197,7 @@ static void on_idle(uv_idle_t *h) {
     co->queued = 0;
     run(co, co->nret);
   }
+  if (rt->exit_requested && !rt->stopping) bt_rt_stop(rt, rt->status);
   if (!rt->qhead) uv_idle_stop(&rt->idle);
   if (rt->nco == 0 && !rt->shut) {
     /* Nothing left to run: close what keeps the loop alive (clients,
@@ -270,7 +272,7 @@ void bt_co_kill(bt_co_t *co, const char *err) {
 }
 
 void bt_rt_stop(bt_rt_t *rt, int status) {
-  if (status > rt->status) rt->status = status;
+  if (status > rt->status && !rt->exit_requested) rt->status = status;
   if (rt->stopping) return;
   rt->stopping = 1;
   while (rt->all) bt_co_kill(rt->all, NULL);
@@ -341,6 +343,23 @@ static void go_end(bt_co_t *co, const char *err, void *arg) {
   bt_rt_stop(rt, 1);
 }
 
+/* baton.exit([status]): ends the process soon with status (default 0):
+ * the calling coroutine never continues, the others are killed (their
+ * pending operations cancelled), and every client and handle is closed. */
+static int l_exit(lua_State *L) {
+  bt_rt_t *rt = bt_rt_from(L);
+  int status = (int) luaL_optinteger(L, 1, 0);
+  bt_co_t *co;
+  if (status < 0 || status > 255) luaL_argerror(L, 1, "status must be 0-255");
+  co = bt_co_current(L, "baton.exit");
+  if (!rt->exit_requested) {
+    rt->exit_requested = 1;
+    rt->status = status;
+  }
+  wake(rt);
+  return bt_co_wait(L, co, NULL, NULL);
+}
+
 static int l_go(lua_State *L) {
   bt_rt_t *rt = bt_rt_from(L);
   int nargs = lua_gettop(L) - 1;
@@ -354,6 +373,7 @@ static int l_go(lua_State *L) {
 int bt_lua_open_core(lua_State *L) {
   static const luaL_Reg fns[] = {
     {"sleep", l_sleep}, {"now", l_now}, {"monotime", l_monotime}, {"go", l_go},
+    {"exit", l_exit},
     {NULL, NULL}
   };
   const luaL_Reg *f;

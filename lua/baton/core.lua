@@ -56,4 +56,11 @@ end
 local etcd = require "baton.etcd"
 baton.etcd = etcd.default(function() return baton.config or {} end)
 
+---------------------------------------------------------------------------
+-- coordination (etcd's concurrency recipes)
+local concurrency = require "baton.concurrency"
+baton.session = concurrency.session
+baton.mutex = concurrency.mutex
+baton.election = concurrency.election
+
 return baton
