@@ -344,15 +344,28 @@ end
 
 -- An iterator over leader changes: the current leader first (once there is
 -- one), then every new leader or new value. May skip intermediate values,
--- never the latest (as etcd's Observe). Stops with an error on failure.
+-- never the latest (as etcd's Observe). Raises on failure. The second value
+-- has :cancel(), after which the iterator returns nil (ending a for loop).
 --   for leader in el:observe() do print(leader.value) end
+local Observer = {}
+Observer.__index = Observer
+
+function Observer:cancel()
+  self.cancelled = true
+  if self.w then self.w:cancel() end
+  return true
+end
+
 function M.observe(e, name)
   local pfx = name .. "/"
   local current, w
+  local obs = setmetatable({}, Observer)
   local function next_leader()
     while true do
+      if obs.cancelled then return nil end
       if w then
         local evs, err = w:next()
+        if obs.cancelled then return nil end
         if not evs then w = nil; current = nil; error("observe: " .. tostring(err), 2) end
         local changed
         for _, ev in ipairs(evs) do
@@ -374,18 +387,21 @@ function M.observe(e, name)
           local err
           w, err = e:watch(kv.key, { start_revision = rev + 1 })
           if not w then error("observe: " .. tostring(err), 2) end
+          obs.w = w
           return current
         end
         -- no leader: wait for the first put under the prefix
         local pw, err = e:watch(pfx, { prefix = true, start_revision = rev + 1, no_delete = true })
         if not pw then error("observe: " .. tostring(err), 2) end
+        obs.w = pw
         local evs = pw:next()
         pw:cancel()
+        if obs.cancelled then return nil end
         if not evs then error("observe: watch ended", 2) end
       end
     end
   end
-  return next_leader
+  return next_leader, obs
 end
 
 function Election:observe()
