@@ -209,10 +209,24 @@ static void on_timer(uv_timer_t *handle) {
   t->skew = skew;
   t->have_skew = 1;
   t->in_timer = 1;
+  /* Entries with the same schedule due at the same instant (thousands of
+   * jobs on "* * * * *") share one bt_cron_next() call. */
+  bt_cron_t prev;                       /* a copy: callbacks free entries */
+  const bt_tz_t *prev_tz = NULL;
+  int64_t prev_fire = 0, prev_k = 0;
   while (!t->closing && t->wall.n && t->wall.v[0].key <= now_w) {
     bt_cronentry_t *e = t->wall.v[0].e;
-    int64_t fire = t->wall.v[0].key;
-    int64_t k = cron_key(e, floor_sec(fire), now_w);
+    int64_t fire = t->wall.v[0].key, k;
+    if (prev_tz && prev_fire == fire && prev_tz == e->tz &&
+        !memcmp(&prev, &e->cron, sizeof prev)) {
+      k = prev_k;
+    } else {
+      k = cron_key(e, floor_sec(fire), now_w);
+      memcpy(&prev, &e->cron, sizeof prev);
+      prev_tz = e->tz;
+      prev_fire = fire;
+      prev_k = k;
+    }
     if (k < 0) heap_remove(e);
     else heap_update(e, k);
     e->cb(e, fire / 1000, now_w / 1000, e->data);
