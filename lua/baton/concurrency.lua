@@ -206,9 +206,11 @@ function Mutex:lock(timeout)
       if wcode == "ETIMEDOUT" then err = "ETIMEDOUT: lock wait timed out" end
       return give_up(self, err, wcode)
     end
+    -- Only after waiting can the key have gone with an expired lease; when
+    -- the txn itself found us first, it has just written or read the key.
+    local cok, cerr, ccode = confirm(self)
+    if not cok then return give_up(self, cerr, ccode) end
   end
-  local ok, err, ccode = confirm(self)
-  if not ok then return give_up(self, err, ccode) end
   self.fence = rev
   return true
 end
