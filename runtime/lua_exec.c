@@ -1,26 +1,37 @@
 /*
- * baton.exec: run a program (no shell) and wait for it without blocking the
+ * baton.exec and baton.spawn: run a program (no shell) without blocking the
  * loop.
  *
  *   local r = assert(baton.exec{"pg_dump", "-f", path, timeout = 600})
  *   -- r.code, r.signal, r.stdout, r.stderr
  *
- * The child runs in a new session (its own process group), so a timeout or
- * a kill reaches everything it started (`sh -c "a | b"`), not only the
- * direct child. The call returns when the child has exited and both output
- * pipes are closed. A timeout sends SIGTERM to the group, then SIGKILL after
- * KILL_GRACE_MS; a killed coroutine (job cancel) sends SIGKILL at once.
- * Handles are closed in every path and the state is freed by the last
- * close callback.
+ *   local p = assert(baton.spawn{"rsync", "-a", src, dst})
+ *   -- p.pid, p:wait([timeout]), p:kill([sig]), p:done()
+ *
+ * Both take the same command table ({cmd, args..., env=, cwd=}) and run the
+ * child in a new session (its own process group), so a kill reaches
+ * everything it started (`sh -c "a | b"`), not only the direct child.
+ *
+ * exec captures the output and returns when the child has exited and both
+ * output pipes are closed. A timeout sends SIGTERM to the group, then
+ * SIGKILL after KILL_GRACE_MS; a killed coroutine (job cancel) sends SIGKILL
+ * at once. Handles are closed in every path and the state is freed by the
+ * last close callback.
+ *
+ * spawn starts a long-running child that inherits baton's stdin, stdout and
+ * stderr (or /dev/null) and returns a process object at once; see the
+ * "baton.spawn" section below for its lifetime.
  */
 #include "err.h"
 #include "lua_mod.h"
 #include "rt.h"
 
+#include <errno.h>
 #include <lauxlib.h>
 #include <lua.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +40,207 @@
 #define EXEC_MAX_OUTPUT ((size_t) 64 << 20)   /* per stream */
 #define EXEC_READ_CHUNK ((size_t) 64 << 10)
 #define KILL_GRACE_MS 2000
+#define PROC_MT "baton.process"
 
 extern char **environ;
 
+/* ---- the command table, shared by exec and spawn ----------------------- */
+
+/* A checked command table. The strings (and envp, a userdata) are anchored
+ * on the Lua stack of the call that checked it. */
+typedef struct {
+  char **argv;
+  char **envp;          /* NULL: inherit baton's environment */
+  const char *cwd;      /* NULL: baton's */
+} cmdline_t;
+
+/* Raises unless the value at idx is a string (or a number, converted in
+ * place) without NUL bytes; returns it. what names it in the message. */
+static const char *check_str(lua_State *L, int idx, const char *api,
+                             const char *what) {
+  size_t len;
+  const char *s;
+  int t = lua_type(L, idx);
+  if (t != LUA_TSTRING && t != LUA_TNUMBER)
+    luaL_error(L, "%s: %s must be a string (got %s)", api, what,
+               luaL_typename(L, idx));
+  s = lua_tolstring(L, idx, &len);
+  if (strlen(s) != len)
+    luaL_error(L, "%s: %s contains a NUL byte", api, what);
+  return s;
+}
+
+/* Builds the child's environment: the inherited one with the entries of
+ * the env table (at idx) added or replacing those of the same name; an
+ * entry set to false removes the variable. The strings are anchored in a
+ * table and the pointer array is a userdata, both left on the stack.
+ * Returns the array. */
+static char **build_env(lua_State *L, int idx, const char *api) {
+  int n_env = 0, n_tab = 0, i, k = 0, anchor;
+  char **envp;
+  char what[300];
+
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *key;
+    size_t klen;
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "%s: env names must be strings (got %s)", api,
+                 luaL_typename(L, -2));
+    key = lua_tolstring(L, -2, &klen);
+    if (klen == 0 || strlen(key) != klen || strchr(key, '='))
+      luaL_error(L, "%s: invalid env name '%s'", api, key);
+    if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+      lua_pop(L, 1);
+      continue;
+    }
+    snprintf(what, sizeof(what), "env %s", key);
+    lua_pushvalue(L, -1);   /* check a copy; the table stays as it was */
+    check_str(L, -1, api, what);
+    lua_pop(L, 1);
+    n_tab++;
+    lua_pop(L, 1);
+  }
+  for (i = 0; environ[i]; i++) n_env++;
+
+  lua_createtable(L, n_env + n_tab, 0);
+  anchor = lua_gettop(L);
+  envp = lua_newuserdata(L, (size_t) (n_env + n_tab + 1) * sizeof(char *));
+  /* stack: ... anchor envp */
+  for (i = 0; i < n_env; i++) {
+    const char *eq = strchr(environ[i], '=');
+    if (!eq) continue;
+    lua_pushlstring(L, environ[i], (size_t) (eq - environ[i]));
+    lua_rawget(L, idx);
+    if (lua_isnil(L, -1)) envp[k++] = environ[i];
+    lua_pop(L, 1);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -1) == LUA_TBOOLEAN) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushvalue(L, -1);   /* a copy for tostring */
+    lua_pushfstring(L, "%s=%s", lua_tostring(L, -3), lua_tostring(L, -1));
+    envp[k++] = (char *) lua_tostring(L, -1);
+    lua_rawseti(L, anchor, k);
+    lua_pop(L, 2);
+  }
+  envp[k] = NULL;
+  return envp;
+}
+
+/* Checks the command table at index 1 of a call to api: the argument list,
+ * env and cwd, and that every other key is one of the options in opts (a
+ * NULL-terminated list that includes "env" and "cwd"; the caller reads the
+ * rest). usage shows the table's shape and optlist the options, for the
+ * messages. Raises on misuse; fills c, whose strings it leaves anchored
+ * on the stack above index 1. */
+static void check_cmdline(lua_State *L, const char *api, const char *usage,
+                          const char *const *opts, const char *optlist,
+                          cmdline_t *c) {
+  int argc, i;
+
+  memset(c, 0, sizeof(*c));
+  if (lua_type(L, 1) != LUA_TTABLE)
+    luaL_error(L, "%s: expects a table %s (got %s)", api, usage,
+               luaL_typename(L, 1));
+  lua_settop(L, 1);
+  argc = (int) lua_objlen(L, 1);
+  if (argc < 1)
+    luaL_error(L, "%s: no command (the table's first element)", api);
+
+  /* Every key must be an argument index or a known option. */
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      lua_Number k = lua_tonumber(L, -1);
+      if (k >= 1 && k <= argc && k == floor(k)) continue;
+      luaL_error(L, "%s: argument list has a hole or a non-integer index "
+                 "(%f)", api, k);
+    }
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *k = lua_tostring(L, -1);
+      const char *const *o;
+      for (o = opts; *o && strcmp(*o, k); o++) {}
+      if (*o) continue;
+      luaL_error(L, "%s: unknown option '%s' (expected %s)", api, k,
+                 optlist);
+    }
+    luaL_error(L, "%s: unexpected %s key", api, luaL_typename(L, -1));
+  }
+
+  /* stack: t argv-anchor argv */
+  lua_createtable(L, argc, 0);
+  c->argv = lua_newuserdata(L, (size_t) (argc + 1) * sizeof(char *));
+  for (i = 1; i <= argc; i++) {
+    char what[32];
+    lua_rawgeti(L, 1, i);
+    snprintf(what, sizeof(what), "argument %d", i);
+    if (lua_isnil(L, -1)) luaL_error(L, "%s: argument %d is nil", api, i);
+    c->argv[i - 1] = (char *) check_str(L, -1, api, what);
+    lua_rawseti(L, 2, i);   /* anchors the converted string */
+  }
+  c->argv[argc] = NULL;
+  if (c->argv[0][0] == '\0') luaL_error(L, "%s: empty command", api);
+
+  /* cwd and env stay on the stack, so their strings stay valid */
+  lua_getfield(L, 1, "cwd");
+  if (!lua_isnil(L, -1)) c->cwd = check_str(L, -1, api, "cwd");
+
+  lua_getfield(L, 1, "env");
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TTABLE)
+      luaL_error(L, "%s: env must be a table (got %s)", api,
+                 luaL_typename(L, -1));
+    c->envp = build_env(L, lua_gettop(L), api);
+  }
+}
+
+/* Pushes the failure of uv_spawn (rc) for c: "cmd: no such file or
+ * directory", or "cmd: cwd DIR: ..." when the cwd is what is missing.
+ * Returns the count. */
+static int push_spawn_fail(lua_State *L, const cmdline_t *c, int rc) {
+  char msg[600];
+  struct stat st;
+  if (c->cwd && (stat(c->cwd, &st) != 0 || !S_ISDIR(st.st_mode)))
+    snprintf(msg, sizeof(msg), "%s: cwd %s: %s", c->argv[0], c->cwd,
+             uv_strerror(rc));
+  else
+    snprintf(msg, sizeof(msg), "%s: %s", c->argv[0], uv_strerror(rc));
+  return bt_push_fail(L, rc, msg);
+}
+
+/* Signals the process group led by pid (a child spawned with
+ * UV_PROCESS_DETACHED leads its own session). If the group is gone (the
+ * child left it) and proc is not NULL (the child has not been reaped), the
+ * child alone gets it. Returns 0 or a negative errno. */
+static int signal_group(int pid, uv_process_t *proc, int sig) {
+  if (kill(-pid, sig) == 0) return 0;
+  if (errno == ESRCH && proc) return uv_process_kill(proc, sig);
+  return -errno;
+}
+
+/* Pushes {code=, signal=} for an exit: code is 128 + signal when a signal
+ * ended the child (as a shell reports it), signal nil otherwise. nfields
+ * sizes the table for fields the caller adds. */
+static void push_status(lua_State *S, int64_t status, int term_sig,
+                        int nfields) {
+  lua_createtable(S, 0, nfields);
+  if (term_sig) {
+    lua_pushinteger(S, 128 + term_sig);
+    lua_setfield(S, -2, "code");
+    lua_pushinteger(S, term_sig);
+    lua_setfield(S, -2, "signal");
+  } else {
+    lua_pushinteger(S, (lua_Integer) status);
+    lua_setfield(S, -2, "code");
+  }
+}
+
+/* ---- baton.exec -------------------------------------------------------- */
 typedef struct {
   char *p;
   size_t len, cap;
@@ -71,11 +280,10 @@ static void close_handle(void *h) {
   if (!uv_is_closing((uv_handle_t *) h)) uv_close((uv_handle_t *) h, on_close);
 }
 
-/* Signals the child's process group (it is the leader of its own session),
- * falling back to the child alone. */
+/* Signals the child's process group (see signal_group). */
 static void kill_group(exec_t *e, int sig) {
   if (!e->spawned) return;
-  if (kill(-e->pid, sig) != 0 && !e->exited) uv_process_kill(&e->proc, sig);
+  signal_group(e->pid, e->exited ? NULL : &e->proc, sig);
 }
 
 /* Stops reading output: the pipes are closed, their EOF no longer awaited. */
@@ -114,16 +322,7 @@ static void finish(exec_t *e) {
     n = bt_push_fail(S, e->timedout ? BT_ETIMEDOUT : e->fail, msg);
   } else {
     /* stack: result */
-    lua_createtable(S, 0, 4);
-    if (e->term_sig) {
-      lua_pushinteger(S, 128 + e->term_sig);
-      lua_setfield(S, -2, "code");
-      lua_pushinteger(S, e->term_sig);
-      lua_setfield(S, -2, "signal");
-    } else {
-      lua_pushinteger(S, (lua_Integer) e->exit_status);
-      lua_setfield(S, -2, "code");
-    }
+    push_status(S, e->exit_status, e->term_sig, 4);
     lua_pushlstring(S, e->obuf.p ? e->obuf.p : "", e->obuf.len);
     lua_setfield(S, -2, "stdout");
     lua_pushlstring(S, e->ebuf.p ? e->ebuf.p : "", e->ebuf.len);
@@ -258,142 +457,24 @@ static void exec_cancel(void *data) {
   close_handle(&e->timer);
 }
 
-/* Raises unless the value at idx is a string (or a number, converted in
- * place) without NUL bytes; returns it. what names it in the message. */
-static const char *check_str(lua_State *L, int idx, const char *what) {
-  size_t len;
-  const char *s;
-  int t = lua_type(L, idx);
-  if (t != LUA_TSTRING && t != LUA_TNUMBER)
-    luaL_error(L, "baton.exec: %s must be a string (got %s)", what,
-               luaL_typename(L, idx));
-  s = lua_tolstring(L, idx, &len);
-  if (strlen(s) != len)
-    luaL_error(L, "baton.exec: %s contains a NUL byte", what);
-  return s;
-}
-
-/* Builds the child's environment: the inherited one with the entries of
- * the env table (at idx) added or replacing those of the same name; an
- * entry set to false removes the variable. The strings are anchored in a
- * table and the pointer array is a userdata, both left on the stack.
- * Returns the array. */
-static char **build_env(lua_State *L, int idx) {
-  int n_env = 0, n_tab = 0, i, k = 0, anchor;
-  char **envp;
-  char what[300];
-
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    const char *key;
-    size_t klen;
-    if (lua_type(L, -2) != LUA_TSTRING)
-      luaL_error(L, "baton.exec: env names must be strings (got %s)",
-                 luaL_typename(L, -2));
-    key = lua_tolstring(L, -2, &klen);
-    if (klen == 0 || strlen(key) != klen || strchr(key, '='))
-      luaL_error(L, "baton.exec: invalid env name '%s'", key);
-    if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
-      lua_pop(L, 1);
-      continue;
-    }
-    snprintf(what, sizeof(what), "env %s", key);
-    lua_pushvalue(L, -1);   /* check a copy; the table stays as it was */
-    check_str(L, -1, what);
-    lua_pop(L, 1);
-    n_tab++;
-    lua_pop(L, 1);
-  }
-  for (i = 0; environ[i]; i++) n_env++;
-
-  lua_createtable(L, n_env + n_tab, 0);
-  anchor = lua_gettop(L);
-  envp = lua_newuserdata(L, (size_t) (n_env + n_tab + 1) * sizeof(char *));
-  /* stack: ... anchor envp */
-  for (i = 0; i < n_env; i++) {
-    const char *eq = strchr(environ[i], '=');
-    if (!eq) continue;
-    lua_pushlstring(L, environ[i], (size_t) (eq - environ[i]));
-    lua_rawget(L, idx);
-    if (lua_isnil(L, -1)) envp[k++] = environ[i];
-    lua_pop(L, 1);
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    if (lua_type(L, -1) == LUA_TBOOLEAN) {
-      lua_pop(L, 1);
-      continue;
-    }
-    lua_pushvalue(L, -1);   /* a copy for tostring */
-    lua_pushfstring(L, "%s=%s", lua_tostring(L, -3), lua_tostring(L, -1));
-    envp[k++] = (char *) lua_tostring(L, -1);
-    lua_rawseti(L, anchor, k);
-    lua_pop(L, 2);
-  }
-  envp[k] = NULL;
-  return envp;
-}
-
 /* baton.exec{cmd, args..., timeout=, env=, cwd=, stdin=}. */
 static int l_exec(lua_State *L) {
-  uv_process_options_t opts;
+  static const char *const opts[] = {"timeout", "env", "cwd", "stdin", NULL};
+  uv_process_options_t po;
   uv_stdio_container_t stdio[3];
-  const char *cwd = NULL, *in_data = NULL, *cmd;
+  const char *in_data = NULL, *cmd;
   size_t in_len = 0, cmd_len;
   double timeout = 0;
-  char **argv, **envp = NULL;
-  int argc, i, rc;
+  cmdline_t c;
+  int rc;
   bt_co_t *co;
   exec_t *e;
   uv_loop_t *loop;
 
-  if (lua_type(L, 1) != LUA_TTABLE)
-    return luaL_error(L, "baton.exec: expects a table {cmd, args..., "
-                      "timeout=, env=, cwd=, stdin=} (got %s)",
-                      luaL_typename(L, 1));
-  lua_settop(L, 1);
-  argc = (int) lua_objlen(L, 1);
-  if (argc < 1)
-    return luaL_error(L, "baton.exec: no command (the table's first element)");
-
-  /* Every key must be an argument index or a known option. */
-  lua_pushnil(L);
-  while (lua_next(L, 1)) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) == LUA_TNUMBER) {
-      lua_Number k = lua_tonumber(L, -1);
-      if (k >= 1 && k <= argc && k == floor(k)) continue;
-      return luaL_error(L, "baton.exec: argument list has a hole or a "
-                        "non-integer index (%f)", k);
-    }
-    if (lua_type(L, -1) == LUA_TSTRING) {
-      const char *k = lua_tostring(L, -1);
-      if (!strcmp(k, "timeout") || !strcmp(k, "env") || !strcmp(k, "cwd") ||
-          !strcmp(k, "stdin"))
-        continue;
-      return luaL_error(L, "baton.exec: unknown option '%s' (expected "
-                        "timeout, env, cwd or stdin)", k);
-    }
-    return luaL_error(L, "baton.exec: unexpected %s key",
-                      luaL_typename(L, -1));
-  }
-
-  /* stack: t argv-anchor argv */
-  lua_createtable(L, argc, 0);
-  argv = lua_newuserdata(L, (size_t) (argc + 1) * sizeof(char *));
-  for (i = 1; i <= argc; i++) {
-    char what[32];
-    lua_rawgeti(L, 1, i);
-    snprintf(what, sizeof(what), "argument %d", i);
-    if (lua_isnil(L, -1))
-      return luaL_error(L, "baton.exec: argument %d is nil", i);
-    argv[i - 1] = (char *) check_str(L, -1, what);
-    lua_rawseti(L, 2, i);   /* anchors the converted string */
-  }
-  argv[argc] = NULL;
-  cmd = argv[0];
+  check_cmdline(L, "baton.exec", "{cmd, args..., timeout=, env=, cwd=, "
+                "stdin=}", opts, "timeout, env, cwd or stdin", &c);
+  cmd = c.argv[0];
   cmd_len = strlen(cmd);
-  if (cmd_len == 0) return luaL_error(L, "baton.exec: empty command");
 
   lua_getfield(L, 1, "timeout");
   if (!lua_isnil(L, -1)) {
@@ -406,24 +487,13 @@ static int l_exec(lua_State *L) {
   }
   lua_pop(L, 1);
 
-  /* cwd, stdin and env stay on the stack, so their strings stay valid */
-  lua_getfield(L, 1, "cwd");
-  if (!lua_isnil(L, -1)) cwd = check_str(L, -1, "cwd");
-
+  /* stdin stays on the stack, so its string stays valid */
   lua_getfield(L, 1, "stdin");
   if (!lua_isnil(L, -1)) {
     if (lua_type(L, -1) != LUA_TSTRING)
       return luaL_error(L, "baton.exec: stdin must be a string (got %s)",
                         luaL_typename(L, -1));
     in_data = lua_tolstring(L, -1, &in_len);
-  }
-
-  lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TTABLE)
-      return luaL_error(L, "baton.exec: env must be a table (got %s)",
-                        luaL_typename(L, -1));
-    envp = build_env(L, lua_gettop(L));
   }
 
   co = bt_co_current(L, "baton.exec");
@@ -453,7 +523,7 @@ static int l_exec(lua_State *L) {
     e->nopen++;
   }
 
-  memset(&opts, 0, sizeof(opts));
+  memset(&po, 0, sizeof(po));
   memset(stdio, 0, sizeof(stdio));
   if (e->has_in) {
     stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
@@ -465,30 +535,24 @@ static int l_exec(lua_State *L) {
   stdio[1].data.stream = (uv_stream_t *) &e->out;
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *) &e->err;
-  opts.file = cmd;
-  opts.args = argv;
-  opts.env = envp;
-  opts.cwd = cwd;
-  opts.flags = UV_PROCESS_DETACHED;
-  opts.stdio_count = 3;
-  opts.stdio = stdio;
-  opts.exit_cb = on_exit_cb;
+  po.file = cmd;
+  po.args = c.argv;
+  po.env = c.envp;
+  po.cwd = c.cwd;
+  po.flags = UV_PROCESS_DETACHED;
+  po.stdio_count = 3;
+  po.stdio = stdio;
+  po.exit_cb = on_exit_cb;
 
-  rc = uv_spawn(loop, &e->proc, &opts);
+  rc = uv_spawn(loop, &e->proc, &po);
   if (rc) {
-    char msg[600];
-    struct stat st;
     /* uv_spawn initialised the process handle even though it failed. */
     close_handle(&e->proc);
     close_handle(&e->out);
     close_handle(&e->err);
     close_handle(&e->timer);
     if (e->has_in) close_handle(&e->in);
-    if (cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode)))
-      snprintf(msg, sizeof(msg), "%s: cwd %s: %s", cmd, cwd, uv_strerror(rc));
-    else
-      snprintf(msg, sizeof(msg), "%s: %s", cmd, uv_strerror(rc));
-    return bt_push_fail(L, rc, msg);
+    return push_spawn_fail(L, &c, rc);
   }
   e->spawned = 1;
   e->pid = e->proc.pid;
@@ -511,11 +575,358 @@ static int l_exec(lua_State *L) {
   return bt_co_wait(L, co, exec_cancel, e);
 }
 
+/* ---- baton.spawn ------------------------------------------------------- */
+
+/*
+ * A spawned child is a proc_t (C memory) boxed in a "baton.process"
+ * userdata. The proc_t is counted: one reference for the process handle
+ * until its close callback, one for the box until its __gc, and one for
+ * each coroutine waiting in p:wait(); the last one frees it. So the exit
+ * status outlives the handle, and a box collected while someone still
+ * waits (or while the child runs) is harmless.
+ *
+ * While the child runs, a closer is registered: at the runtime's shutdown
+ * it sends SIGKILL to the child's group and leaves the handle open until
+ * the exit, so the child is reaped. A killed waiting coroutine only stops
+ * waiting; the child keeps running. __gc never kills the child either.
+ */
+typedef struct proc_s proc_t;
+
+/* One coroutine in p:wait(); freed after its timer's close, if it has
+ * one. p is only used while linked. */
+typedef struct pwait_s {
+  struct pwait_s *prev, *next;
+  proc_t *p;
+  bt_co_t *co;
+  uv_timer_t timer;
+  int timed;              /* timer initialised */
+  double timeout;
+} pwait_t;
+
+struct proc_s {
+  uv_process_t proc;
+  bt_rt_t *rt;
+  bt_closer_t closer;     /* registered while has_closer */
+  pwait_t *waiters;
+  int refs;               /* handle + box + waiters */
+  int pid;
+  int exited, term_sig;
+  int64_t exit_status;
+  int has_closer;
+  char cmd[];             /* argv[0], for messages */
+};
+
+typedef struct {
+  proc_t *p;              /* NULL only if spawning failed */
+} pbox_t;
+
+static void proc_unref(proc_t *p) {
+  if (--p->refs == 0) free(p);
+}
+
+static void on_proc_close(uv_handle_t *h) {
+  proc_unref(h->data);
+}
+
+static void on_pwait_close(uv_handle_t *h) {
+  free(h->data);
+}
+
+/* Takes w off its process's list (dropping its reference) and frees it,
+ * after closing its timer. */
+static void pwait_end(pwait_t *w) {
+  proc_t *p = w->p;
+  if (w->prev) w->prev->next = w->next;
+  else p->waiters = w->next;
+  if (w->next) w->next->prev = w->prev;
+  w->p = NULL;
+  proc_unref(p);
+  if (w->timed) uv_close((uv_handle_t *) &w->timer, on_pwait_close);
+  else free(w);
+}
+
+/* The child exited: record how, stop guarding it at shutdown, close the
+ * handle and resume every waiter with its own result table. */
+static void on_proc_exit(uv_process_t *h, int64_t status, int sig) {
+  proc_t *p = h->data;
+  p->exited = 1;
+  p->exit_status = status;
+  p->term_sig = sig;
+  if (p->has_closer) {
+    p->has_closer = 0;
+    bt_rt_del_closer(p->rt, &p->closer);
+  }
+  /* The handle's reference keeps p alive through the loop below. */
+  uv_close((uv_handle_t *) h, on_proc_close);
+  while (p->waiters) {
+    pwait_t *w = p->waiters;
+    bt_co_t *co = w->co;
+    push_status(bt_co_stack(co), status, sig, 2);
+    pwait_end(w);
+    bt_co_resume(co, 1);
+  }
+}
+
+static void on_pwait_timeout(uv_timer_t *t) {
+  pwait_t *w = t->data;
+  bt_co_t *co = w->co;
+  char msg[300];
+  snprintf(msg, sizeof(msg), "%s (pid %d) still running after %g s",
+           w->p->cmd, w->p->pid, w->timeout);
+  bt_push_fail(bt_co_stack(co), BT_ETIMEDOUT, msg);
+  pwait_end(w);
+  bt_co_resume(co, 3);
+}
+
+/* The waiting coroutine was killed: stop waiting; the child runs on. */
+static void pwait_cancel(void *data) {
+  pwait_end(data);
+}
+
+/* Shutdown: the child must not outlive the runtime. The handle closes when
+ * the exit comes (on_proc_exit), so the child is reaped. */
+static void proc_closer(bt_closer_t *self) {
+  proc_t *p = (proc_t *) ((char *) self - offsetof(proc_t, closer));
+  p->has_closer = 0;
+  if (!p->exited) signal_group(p->pid, &p->proc, SIGKILL);
+}
+
+static proc_t *check_proc(lua_State *L) {
+  pbox_t *b = luaL_checkudata(L, 1, PROC_MT);
+  if (!b->p) luaL_error(L, "baton.process: not a process");
+  return b->p;
+}
+
+/* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null"} */
+static int l_spawn(lua_State *L) {
+  static const char *const opts[] = {"env", "cwd", "stdio", NULL};
+  uv_process_options_t po;
+  uv_stdio_container_t stdio[3];
+  cmdline_t c;
+  int null_stdio = 0, rc, i;
+  size_t cmd_len;
+  pbox_t *b;
+  proc_t *p;
+
+  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=}",
+                opts, "env, cwd or stdio", &c);
+  lua_getfield(L, 1, "stdio");
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, -1);
+    if (!strcmp(s, "null"))
+      null_stdio = 1;
+    else if (strcmp(s, "inherit"))
+      return luaL_error(L, "baton.spawn: stdio must be \"inherit\" or "
+                        "\"null\" (got \"%s\")", s);
+  } else if (!lua_isnil(L, -1)) {
+    return luaL_error(L, "baton.spawn: stdio must be \"inherit\" or "
+                      "\"null\" (got %s)", luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+
+  /* stack: ... box (the result) */
+  b = lua_newuserdata(L, sizeof(*b));
+  b->p = NULL;
+  luaL_getmetatable(L, PROC_MT);
+  lua_setmetatable(L, -2);
+
+  /* C memory last */
+  cmd_len = strlen(c.argv[0]);
+  p = calloc(1, sizeof(*p) + cmd_len + 1);
+  if (!p) return bt_push_fail(L, BT_ENOMEM, NULL);
+  memcpy(p->cmd, c.argv[0], cmd_len + 1);
+  p->rt = bt_rt_from(L);
+  p->proc.data = p;
+
+  memset(&po, 0, sizeof(po));
+  memset(stdio, 0, sizeof(stdio));
+  for (i = 0; i < 3; i++) {
+    stdio[i].flags = null_stdio ? UV_IGNORE : UV_INHERIT_FD;
+    stdio[i].data.fd = i;
+  }
+  po.file = c.argv[0];
+  po.args = c.argv;
+  po.env = c.envp;
+  po.cwd = c.cwd;
+  po.flags = UV_PROCESS_DETACHED;
+  po.stdio_count = 3;
+  po.stdio = stdio;
+  po.exit_cb = on_proc_exit;
+
+  /* What Lua printed so far comes out before what the child prints. */
+  fflush(stdout);
+  fflush(stderr);
+  rc = uv_spawn(bt_lua_loop(L), &p->proc, &po);
+  if (rc) {
+    /* uv_spawn initialised the handle even though it failed. */
+    p->refs = 1;
+    uv_close((uv_handle_t *) &p->proc, on_proc_close);
+    return push_spawn_fail(L, &c, rc);
+  }
+  p->refs = 2;
+  p->pid = p->proc.pid;
+  p->closer.close = proc_closer;
+  p->has_closer = 1;
+  bt_rt_add_closer(p->rt, &p->closer);
+  b->p = p;
+  return 1;
+}
+
+/* p:wait([timeout]) -> {code=, signal=} | nil, "ETIMEDOUT: ...", code */
+static int l_proc_wait(lua_State *L) {
+  proc_t *p = check_proc(L);
+  double timeout = -1;
+  bt_co_t *co;
+  pwait_t *w;
+
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TNUMBER)
+      return luaL_error(L, "baton.process:wait: timeout must be a number of "
+                        "seconds (got %s)", luaL_typename(L, 2));
+    timeout = lua_tonumber(L, 2);
+    if (!(timeout >= 0) || timeout > 1e9)
+      return luaL_error(L, "baton.process:wait: timeout must be >= 0 "
+                        "seconds");
+  }
+  co = bt_co_current(L, "baton.process:wait");
+  if (p->exited) {
+    push_status(L, p->exit_status, p->term_sig, 2);
+    return 1;
+  }
+  if (timeout == 0) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s (pid %d) still running after 0 s",
+             p->cmd, p->pid);
+    return bt_push_fail(L, BT_ETIMEDOUT, msg);
+  }
+  w = calloc(1, sizeof(*w));
+  if (!w) return bt_push_fail(L, BT_ENOMEM, NULL);
+  w->p = p;
+  w->co = co;
+  w->timeout = timeout;
+  w->next = p->waiters;
+  if (p->waiters) p->waiters->prev = w;
+  p->waiters = w;
+  p->refs++;
+  if (timeout > 0) {
+    uv_loop_t *loop = bt_lua_loop(L);
+    uv_timer_init(loop, &w->timer);
+    w->timer.data = w;
+    w->timed = 1;
+    uv_update_time(loop);
+    uv_timer_start(&w->timer, on_pwait_timeout,
+                   (uint64_t) (timeout * 1000.0 + 0.5), 0);
+  }
+  return bt_co_wait(L, co, pwait_cancel, w);
+}
+
+/* p:kill([sig]) -> true | nil, "ESRCH: ...", "ESRCH". sig is a name
+ * ("SIGTERM", the default) or a number. */
+static int l_proc_kill(lua_State *L) {
+  proc_t *p = check_proc(L);
+  int sig = SIGTERM, rc;
+  char msg[300];
+
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    sig = bt__signal_number(lua_tostring(L, 2));
+    if (!sig)
+      return luaL_error(L, "baton.process:kill: unknown signal '%s'",
+                        lua_tostring(L, 2));
+  } else if (lua_type(L, 2) == LUA_TNUMBER) {
+    lua_Number n = lua_tonumber(L, 2);
+    if (n != floor(n) || n < 1 || n >= NSIG)
+      return luaL_error(L, "baton.process:kill: signal number must be an "
+                        "integer from 1 to %d", NSIG - 1);
+    sig = (int) n;
+  } else if (!lua_isnoneornil(L, 2)) {
+    return luaL_error(L, "baton.process:kill: signal must be a name such as "
+                      "\"SIGTERM\" or a number (got %s)",
+                      luaL_typename(L, 2));
+  }
+  rc = signal_group(p->pid, p->exited ? NULL : &p->proc, sig);
+  if (rc == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (rc == UV_ESRCH)
+    snprintf(msg, sizeof(msg), "%s (pid %d) has exited", p->cmd, p->pid);
+  else
+    snprintf(msg, sizeof(msg), "%s (pid %d): %s", p->cmd, p->pid,
+             uv_strerror(rc));
+  return bt_push_fail(L, rc, msg);
+}
+
+/* p:done() -> true once the child has exited (and been reaped) */
+static int l_proc_done(lua_State *L) {
+  lua_pushboolean(L, check_proc(L)->exited);
+  return 1;
+}
+
+/* p.pid, and the methods */
+static int l_proc_index(lua_State *L) {
+  proc_t *p = check_proc(L);
+  if (lua_type(L, 2) == LUA_TSTRING && !strcmp(lua_tostring(L, 2), "pid")) {
+    lua_pushinteger(L, p->pid);
+    return 1;
+  }
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "methods");
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2);
+  /* stack: p k mt methods v */
+  return 1;
+}
+
+static int l_proc_tostring(lua_State *L) {
+  proc_t *p = check_proc(L);
+  if (!p->exited)
+    lua_pushfstring(L, "baton.process: %s (pid %d, running)", p->cmd,
+                    p->pid);
+  else if (p->term_sig)
+    lua_pushfstring(L, "baton.process: %s (pid %d, killed by signal %d)",
+                    p->cmd, p->pid, p->term_sig);
+  else
+    lua_pushfstring(L, "baton.process: %s (pid %d, exited with code %d)",
+                    p->cmd, p->pid, (int) p->exit_status);
+  return 1;
+}
+
+/* Drops the box's reference; the child, if still running, is left alone
+ * (the closer still guards it). */
+static int l_proc_gc(lua_State *L) {
+  pbox_t *b = luaL_checkudata(L, 1, PROC_MT);
+  if (b->p) proc_unref(b->p);
+  b->p = NULL;
+  return 0;
+}
+
 int bt_lua_open_exec(lua_State *L) {
+  static const luaL_Reg methods[] = {
+    {"wait", l_proc_wait}, {"kill", l_proc_kill}, {"done", l_proc_done},
+    {NULL, NULL}
+  };
   /* A child that exits before reading its stdin must not kill us with
    * SIGPIPE; uv_spawn resets signal dispositions in the child. */
   signal(SIGPIPE, SIG_IGN);
+  /* stack: baton */
+  if (luaL_newmetatable(L, PROC_MT)) {
+    /* stack: baton mt */
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "methods");
+    lua_pushcfunction(L, l_proc_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_proc_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, l_proc_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushliteral(L, PROC_MT);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
   lua_pushcfunction(L, l_exec);
   lua_setfield(L, -2, "exec");
+  lua_pushcfunction(L, l_spawn);
+  lua_setfield(L, -2, "spawn");
   return 0;
 }

@@ -14,8 +14,15 @@ int bt_lua_open_core(lua_State *L);   /* now, sleep, go, version */
 int bt_lua_open_json(lua_State *L);   /* baton.json */
 int bt_lua_open_log(lua_State *L);    /* baton.log */
 int bt_lua_open_etcd(lua_State *L);   /* baton.etcd (client), baton._etcd */
-int bt_lua_open_exec(lua_State *L);   /* baton.exec */
+int bt_lua_open_exec(lua_State *L);   /* baton.exec, baton.spawn */
 int bt_lua_open_http(lua_State *L);   /* baton.http */
 int bt_lua_open_cron(lua_State *L);   /* baton.cron */
+int bt_lua_open_signal(lua_State *L); /* baton.signal */
+
+/* Signal names, shared by baton.signal and process:kill (lua_signal.c):
+ * the number of "SIGTERM" and the like (0 if unknown), and the name of a
+ * number (NULL if it has none). */
+int bt__signal_number(const char *name);
+const char *bt__signal_name(int signum);
 
 #endif

@@ -419,7 +419,8 @@ static int open_baton(lua_State *L) {
   char dir[4096];
   int (*opens[])(lua_State *) = {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
-    bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, NULL
+    bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
+    NULL
   };
   int i;
 
