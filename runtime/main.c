@@ -23,6 +23,10 @@ static const char usage[] =
   "  version                         print the version\n"
   "  eval FILE.lua [ARGS...]         run a script with the Lua API\n"
   "  cron EXPR [--tz ZONE] [-n N] [--from TIME]   print the next fire times\n"
+  "  lock NAME [--ttl S] [--timeout S] -- CMD [ARGS...]\n"
+  "                                  hold NAME (etcdctl-compatible) while CMD runs\n"
+  "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
+  "  elect -l NAME                   print each leader as it changes\n"
   "\n"
   "global flags (and environment):\n"
   "  --endpoints URLS   BATON_ENDPOINTS  comma-separated etcd URLs\n"
@@ -149,6 +153,38 @@ int bt_cli_eval(int argc, char **argv) {
   return status;
 }
 
+/* Runs a subcommand written in Lua: lua/baton/cli/<name>.lua returns a
+ * function that gets the subcommand's arguments and sets the exit status
+ * with baton.exit (an uncaught error exits 1 with its message). */
+static int cli_lua(int argc, char **argv) {
+  bt_rt_t *rt;
+  lua_State *L;
+  int i, status;
+
+  config_defaults();
+  rt = bt_rt_new();
+  if (!rt) return 1;
+  L = bt_rt_L(rt);
+  push_config(L);
+  lua_getglobal(L, "require");
+  lua_pushfstring(L, "baton.cli.%s", argv[0]);
+  if (lua_pcall(L, 1, 1, 0) || !lua_isfunction(L, -1)) {
+    fprintf(stderr, "baton: %s: %s\n", argv[0],
+            lua_isstring(L, -1) ? lua_tostring(L, -1) : "not a function");
+    bt_rt_free(rt);
+    return 1;
+  }
+  for (i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
+  if (!bt_co_spawn(rt, L, argc - 1, main_end, rt)) {
+    bt_rt_free(rt);
+    return 1;
+  }
+  bt_rt_run(rt);
+  status = bt_rt_status(rt);
+  bt_rt_free(rt);
+  return status;
+}
+
 static int cli_version(int argc, char **argv) {
   printf("baton %s\n", BATON_VERSION);
   return 0;
@@ -161,6 +197,8 @@ static const struct {
   {"version", cli_version},
   {"eval", bt_cli_eval},
   {"cron", bt_cli_cron},
+  {"lock", cli_lua},
+  {"elect", cli_lua},
 };
 
 int main(int argc, char **argv) {

@@ -101,17 +101,27 @@ local function check_name(name, fn)
   if name == "" then argerr(fn, 2, "name must not be empty") end
 end
 
--- Waits until no key under pfx older than rev is left (etcd's waitDeletes):
--- range the newest older key, watch it until deleted, repeat. Each waiter
--- watches only its predecessor. Gives up at deadline (monotonic seconds) or
--- when the session ends.
-local function wait_deletes(s, pfx, rev, deadline)
+-- Waits until no key under pfx created before myrev is left (etcd's
+-- waitDeletes): read the newest older key, watch it until deleted, repeat.
+-- Each waiter watches only its predecessor. Every read also reads mykey, so
+-- that the moment the wait ends we know our own key still exists with
+-- myrev: etcd 3.4's lock hands out locks whose lease expired in the queue
+-- (etcd #11456), and baton must not. Gives up at deadline (monotonic
+-- seconds) or when the session ends.
+local function wait_deletes(s, pfx, mykey, myrev, deadline)
   local e = s.client
   while true do
-    local r, err, code = e:get(pfx, { prefix = true, sort = "create", order = "desc",
-                                      limit = 1, max_create_revision = rev })
+    local r, err, code = e:txn { success = {
+      { get = { key = pfx, prefix = true, sort = "create", order = "desc",
+                limit = 1, max_create_revision = myrev - 1 } },
+      { get = { key = mykey } },
+    } }
     if not r then return nil, err, code end
-    local pred = r.kvs[1]
+    local mine = r.responses[2].kvs[1]
+    if not mine or mine.create_revision ~= myrev then
+      return fail("ELOST", "key " .. mykey .. " is gone (its session expired while waiting)")
+    end
+    local pred = r.responses[1].kvs[1]
     if not pred then return true end
     local w
     w, err, code = e:watch(pred.key, { start_revision = r.revision + 1 })
@@ -134,7 +144,7 @@ local function wait_deletes(s, pfx, rev, deadline)
       elseif wcode ~= "ETIMEDOUT" then
         w:cancel()
         if wcode ~= "ECOMPACTED" then return nil, werr, wcode end
-        gone = true -- re-read: the range below tells whether it is still there
+        gone = true -- read again: the txn above tells whether it is still there
       end
     end
     w:cancel()
@@ -170,18 +180,6 @@ local function enqueue(m)
   return rev, (not owner) or owner.create_revision == rev
 end
 
--- After waiting, make sure our key is still there: etcd 3.4's own lock
--- returns a lock whose lease expired while it waited (etcd #11456).
-local function confirm(m)
-  local r, err, code = m.session.client:get(m.key)
-  if not r then return nil, err, code end
-  local kv = r.kvs[1]
-  if not kv or kv.create_revision ~= m._rev then
-    return fail("ELOST", "lock key " .. m.key .. " is gone (session expired while waiting)")
-  end
-  return true
-end
-
 local function give_up(m, err, code)
   m.session.client:delete(m.key)
   m._rev = nil
@@ -201,15 +199,13 @@ function Mutex:lock(timeout)
   if not rev then return nil, owned_or_err, code end
   self._rev = rev
   if not owned_or_err then
-    local ok, err, wcode = wait_deletes(s, self.pfx, rev - 1, deadline)
+    -- (When the txn itself found us first, it has just written or read
+    -- our key; only a wait needs the key read back, which wait_deletes does.)
+    local ok, err, wcode = wait_deletes(s, self.pfx, self.key, rev, deadline)
     if not ok then
       if wcode == "ETIMEDOUT" then err = "ETIMEDOUT: lock wait timed out" end
       return give_up(self, err, wcode)
     end
-    -- Only after waiting can the key have gone with an expired lease; when
-    -- the txn itself found us first, it has just written or read the key.
-    local cok, cerr, ccode = confirm(self)
-    if not cok then return give_up(self, cerr, ccode) end
   end
   self.fence = rev
   return true
@@ -288,18 +284,12 @@ function Election:campaign(value, timeout)
     local ok, perr, pcode = self:proclaim(value)
     if not ok then self:resign(); return nil, perr, pcode end
   end
-  local ok, werr, wcode = wait_deletes(s, self.pfx, rev - 1, deadline)
+  local ok, werr, wcode = wait_deletes(s, self.pfx, key, rev, deadline)
   if not ok then
     if wcode == "ETIMEDOUT" then werr = "ETIMEDOUT: campaign timed out" end
     self:resign()
     self.rev = nil
     return nil, werr, wcode
-  end
-  local g, gerr, gcode = e:get(key)
-  if not g then return nil, gerr, gcode end
-  if not g.kvs[1] or g.kvs[1].create_revision ~= rev then
-    self.rev = nil
-    return fail("ELOST", "election key " .. key .. " is gone (session expired while waiting)")
   end
   self.leading = true
   return true

@@ -1,0 +1,58 @@
+-- Small argument parser for the subcommands written in Lua.
+local baton = require "baton"
+local M = {}
+
+-- Prints "baton: <cmd>: <msg>" and the usage line, exits 2.
+function M.usage(cmd, usage, msg)
+  io.stderr:write("baton: ", cmd, ": ", msg, "\nusage: ", usage, "\n")
+  io.stderr:flush()
+  baton.exit(2)
+end
+
+-- Prints "baton: <msg>" and exits with status (1 by default).
+function M.die(msg, status)
+  io.stderr:write("baton: ", msg, "\n")
+  io.stderr:flush()
+  baton.exit(status or 1)
+end
+
+-- Parses flags (spec: name -> "number" | "flag") until "--" or the end.
+-- Returns opts, positional args, and the arguments after "--" (or nil).
+function M.parse(cmd, usage, spec, argv)
+  local opts, pos, rest = {}, {}, nil
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--" then
+      rest = {}
+      for k = i + 1, #argv do rest[#rest + 1] = argv[k] end
+      break
+    end
+    local name, value = a:match("^%-%-([%w-]+)=(.*)$")
+    name = name or a:match("^%-%-([%w-]+)$") or a:match("^%-(%a)$")
+    if name and spec[name] then
+      if spec[name] == "flag" then
+        opts[name] = true
+      else
+        if not value then
+          i = i + 1
+          value = argv[i]
+          if value == nil then M.usage(cmd, usage, a .. " needs a value") end
+        end
+        local n = tonumber(value)
+        if not n or n <= 0 then M.usage(cmd, usage, a .. " needs a positive number of seconds, not \"" .. value .. "\"") end
+        opts[name] = n
+      end
+    elseif a:sub(1, 1) == "-" and a ~= "-" and #pos == 0 then
+      M.usage(cmd, usage, "unknown flag " .. a)
+    else
+      pos[#pos + 1] = a
+    end
+    i = i + 1
+  end
+  return opts, pos, rest
+end
+
+M.SIGNUM = { SIGHUP = 1, SIGINT = 2, SIGTERM = 15 }
+
+return M
