@@ -950,15 +950,16 @@ static void on_keep_res(const bt_etcd_res_t *res, void *arg) {
     keep_lost(k, msg);
     return;
   }
-  /* A transport or server failure: try again soon; on_keep_timer declares
-   * the lease lost once the deadline passes. */
-  keep_arm(k, 500);
+  /* A transport or server failure (every endpoint tried): try again soon;
+   * on_keep_timer declares the lease lost once the deadline passes. */
+  keep_arm(k, 250);
 }
 
 static void on_keep_timer(uv_timer_t *t) {
   bt_etcd_keep_t *k = t->data;
   uint64_t now = mono_ms();
   char body[64], msg[ERRLEN];
+  long attempt_ms;
   int err;
 
   if (k->stopping) return;
@@ -975,11 +976,14 @@ static void on_keep_timer(uv_timer_t *t) {
   }
   snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", k->id);
   k->sent_at = now;
+  /* A hung member must not eat the lease's budget: each attempt gets
+   * ttl/6 (0.5 to 2 s), after which the call moves to the next endpoint. */
+  attempt_ms = (long) keep_margin(k);
+  if (attempt_ms < 500) attempt_ms = 500;
   err = call_start(k->c, "/v3/lease/keepalive", body, strlen(body),
-                   BT_ETCD_IDEMPOTENT | F_STREAM,
-                   (long) ((uint64_t) k->ttl * 1000 / 3 > 500 ? (uint64_t) k->ttl * 1000 / 3 : 500),
-                   on_keep_res, k, &k->call);
-  if (err) keep_arm(k, 500);
+                   BT_ETCD_IDEMPOTENT | F_STREAM, attempt_ms, on_keep_res, k,
+                   &k->call);
+  if (err) keep_arm(k, 250);
   else keep_arm(k, (uint64_t) k->ttl * 1000); /* only the deadline check */
 }
 
