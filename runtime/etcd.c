@@ -293,7 +293,10 @@ static void on_call_http(bt_http_req_t *req, int err, long status,
       call->ep = (call->ep + 1) % c->neps;
       if (call_send(call) == 0) return;
     }
-    if ((err != BT_EIO && err != BT_ETLS) || !why[0])
+    /* curl's own words help for TLS and resets (a TLS 1.3 server that
+     * wants a client certificate resets after the handshake); for refused
+     * connections and timeouts they only repeat ours. */
+    if ((err != BT_EIO && err != BT_ETLS && err != BT_ECONNRESET) || !why[0])
       snprintf(msg, sizeof(msg), "etcd %s: %s", ep, bt_strerror(err));
     else
       snprintf(msg, sizeof(msg), "etcd %s: %s (%s)", ep, bt_strerror(err), why);
