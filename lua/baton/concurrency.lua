@@ -53,7 +53,7 @@ function M.session(opts)
     return fail("EINVAL", format("session ttl %d s is below etcd's minimum lease TTL (%d s)",
                                  ttl, lease.ttl))
   end
-  local ok, kerr, kcode = lease:keepalive()
+  local ok, kerr, kcode = lease:keep()
   if not ok then lease:revoke(); return nil, kerr, kcode end
   return setmetatable({ client = e, lease = lease.id, ttl = ttl, _lease = lease,
                         _hex = hexid(lease.id) }, Session)

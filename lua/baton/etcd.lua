@@ -405,6 +405,19 @@ function Lease:keepalive()
   return ttl
 end
 
+-- Starts the automatic keepalive without renewing now: for a lease just
+-- granted, whose TTL is already full. Used by sessions (one round trip less).
+function Lease:keep()
+  if self._keeper then return true end
+  local c, err, code = self.client:_raw()
+  if not c then return nil, err, code end
+  local k
+  k, err, code = c:keepalive(self.id, self.ttl)
+  if not k then return nil, err, code end
+  self._keeper = k
+  return true
+end
+
 -- "alive", "lost" (with the reason) or "stopped"; "none" before keepalive().
 function Lease:state()
   if not self._keeper then return "none", "" end

@@ -44,8 +44,8 @@ return function(...)
   local function finish(status)
     if finishing then return end
     finishing = true
-    m:unlock()
-    s:close()
+    -- Revoking the session's lease deletes the lock key with it.
+    if not s:close() then m:unlock() end
     baton.exit(status)
   end
 
