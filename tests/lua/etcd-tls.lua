@@ -31,8 +31,9 @@ for _ = 1, 5 do
     .. " --listen-peer-urls " .. peer .. " --initial-advertise-peer-urls " .. peer
     .. " --initial-cluster tls=" .. peer .. " --cert-file server.pem --key-file server.key"
     .. " --trusted-ca-file ca.pem --client-cert-auth >etcd.log 2>&1", cwd = dir, stdio = "null" })
-  local probe = baton.etcd.new { endpoints = url, cacert = dir .. "/ca.pem",
-                                 cert = dir .. "/client.pem", key = dir .. "/client.key" }
+  local probe = baton.etcd.new { endpoints = url, cacert = dir .. "/ca.pem", timeout = 30,
+                                 connect_timeout = 20, cert = dir .. "/client.pem",
+                                 key = dir .. "/client.key" }
   local up = false
   for _ = 1, 100 do
     if probe:get("/probe") then up = true; break end
@@ -50,8 +51,15 @@ if not T.ok(etcd, "etcd serves https at " .. url) then
   return T.done()
 end
 
-local good = baton.etcd.new { endpoints = url, cacert = dir .. "/ca.pem",
-                              cert = dir .. "/client.pem", key = dir .. "/client.key" }
+-- Generous timeouts: under valgrind a TLS handshake that loads the system's
+-- CA bundle takes seconds.
+local T_OPTS = { timeout = 30, connect_timeout = 20 }
+local function client(o)
+  for k, v in pairs(T_OPTS) do o[k] = v end
+  return baton.etcd.new(o)
+end
+local good = client { endpoints = url, cacert = dir .. "/ca.pem",
+                      cert = dir .. "/client.pem", key = dir .. "/client.key" }
 T.ok(good:put("/tls/a", "1"), "put over TLS with a client certificate")
 T.is(assert(good:get("/tls/a")).kvs[1].value, "1", "get over TLS")
 local w = assert(good:watch("/tls/", { prefix = true }))
@@ -62,7 +70,7 @@ local lease = assert(good:grant(10))
 T.ok(lease:keepalive(), "lease keepalive over TLS")
 lease:revoke()
 
-local nocert = baton.etcd.new { endpoints = url, cacert = dir .. "/ca.pem" }
+local nocert = client { endpoints = url, cacert = dir .. "/ca.pem" }
 local r, err, code = nocert:get("/tls/a")
 T.is(r, nil, "without a client certificate the call fails")
 -- (TLS 1.3 servers reject a missing certificate after the handshake, so
@@ -71,7 +79,7 @@ T.ok(code == "ECONNRESET" or code == "ETLS" or code == "EIO",
      "with a TLS or reset error (" .. tostring(code) .. ")")
 T.like(err, "^" .. tostring(code) .. ": etcd https://127%.0%.0%.1:%d+: ", "naming the endpoint: " .. tostring(err))
 
-local noca = baton.etcd.new { endpoints = url, cert = dir .. "/client.pem", key = dir .. "/client.key" }
+local noca = client { endpoints = url, cert = dir .. "/client.pem", key = dir .. "/client.key" }
 r, err, code = noca:get("/tls/a")
 T.is(code, "ETLS", "a server certificate from an unknown CA: ETLS")
 T.like(err, "^ETLS: etcd https://127%.0%.0%.1:%d+: tls error %(SSL certificate problem", "saying why")
