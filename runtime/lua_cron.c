@@ -114,6 +114,20 @@ static int l_next_n(lua_State *L) {
   return 1;
 }
 
+/* c:format(t): the instant t (epoch seconds) as RFC 3339 with the offset
+ * of the schedule's zone, as `baton cron` prints it. */
+static int l_format(lua_State *L) {
+  lcron_t *u = luaL_checkudata(L, 1, MT);
+  lua_Number t = luaL_checknumber(L, 2);
+  char buf[48];
+  if (t != t || t < (lua_Number)BT_TZ_MIN_TIME || t > (lua_Number)BT_TZ_MAX_TIME)
+    return luaL_argerror(L, 2, "instant out of range");
+  if (bt_tz_format(u->tz, (int64_t)floor(t), buf, sizeof(buf)) < 0)
+    return luaL_argerror(L, 2, "instant out of range");
+  lua_pushstring(L, buf);
+  return 1;
+}
+
 static int l_tostring(lua_State *L) {
   lcron_t *u = luaL_checkudata(L, 1, MT);
   lua_pushfstring(L, "baton.cron(\"%s\", \"%s\")", u->expr,
@@ -142,6 +156,7 @@ int bt_lua_open_cron(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "next", l_next },
     { "next_n", l_next_n },
+    { "format", l_format },
     { NULL, NULL },
   };
   /* stack: baton */

@@ -101,4 +101,11 @@ T.like(err(function() local r = c:next_n(1.5) return r end) or "", "bad argument
 T.like(err(c.next, {}) or "", "bad argument #1", "wrong self raises")
 T.like(err(function() local r = c:next_n() return r end) or "", "bad argument #1", "next_n needs a count")
 
+-- c:format(t): RFC 3339 with the zone's offset, as `baton cron` prints
+local ny = baton.cron("30 2 * * *", "America/New_York")
+T.is(ny:format(ny:next(1772841600)), "2026-03-07T02:30:00-05:00", "format before the DST change")
+T.is(ny:format(ny:next(ny:next(1772841600))), "2026-03-08T03:30:00-04:00", "format in the gap day: shifted, EDT")
+T.is(baton.cron("@daily"):format(0), "1970-01-01T00:00:00Z", "UTC prints Z")
+T.like(err(function() return ny:format(1e300) end) or "", "out of range", "an instant out of range raises")
+
 T.done()
