@@ -27,6 +27,13 @@ static const char usage[] =
   "                                  hold NAME (etcdctl-compatible) while CMD runs\n"
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
+  "  check FILE.lua                  validate a job file, print its next 5 fires\n"
+  "  job put FILE.lua [--name NAME]  check, then store at <prefix>jobs/<NAME>\n"
+  "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
+  "  job run NAME [--force] | pause NAME | resume NAME\n"
+  "  queue push QUEUE VALUE          add a task to a queue\n"
+  "  nodes                           live nodes with labels, version, running runs\n"
+  "  leader                          the elected cluster leader\n"
   "\n"
   "global flags (and environment):\n"
   "  --endpoints URLS   BATON_ENDPOINTS  comma-separated etcd URLs\n"
@@ -199,6 +206,11 @@ static const struct {
   {"cron", bt_cli_cron},
   {"lock", cli_lua},
   {"elect", cli_lua},
+  {"check", cli_lua},
+  {"job", cli_lua},
+  {"queue", cli_lua},
+  {"nodes", cli_lua},
+  {"leader", cli_lua},
 };
 
 int main(int argc, char **argv) {

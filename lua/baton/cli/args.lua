@@ -16,7 +16,8 @@ function M.die(msg, status)
   baton.exit(status or 1)
 end
 
--- Parses flags (spec: name -> "number" | "flag") until "--" or the end.
+-- Parses flags (spec: name -> "number" (seconds > 0) | "count" (integer >= 1)
+-- | "string" | "flag") until "--" or the end.
 -- Returns opts, positional args, and the arguments after "--" (or nil).
 function M.parse(cmd, usage, spec, argv)
   local opts, pos, rest = {}, {}, nil
@@ -39,9 +40,19 @@ function M.parse(cmd, usage, spec, argv)
           value = argv[i]
           if value == nil then M.usage(cmd, usage, a .. " needs a value") end
         end
-        local n = tonumber(value)
-        if not n or n <= 0 then M.usage(cmd, usage, a .. " needs a positive number of seconds, not \"" .. value .. "\"") end
-        opts[name] = n
+        if spec[name] == "string" then
+          opts[name] = value
+        elseif spec[name] == "count" then
+          local n = tonumber(value)
+          if not n or n < 1 or n ~= math.floor(n) then
+            M.usage(cmd, usage, a .. " needs a whole number >= 1, not \"" .. value .. "\"")
+          end
+          opts[name] = n
+        else
+          local n = tonumber(value)
+          if not n or n <= 0 then M.usage(cmd, usage, a .. " needs a positive number of seconds, not \"" .. value .. "\"") end
+          opts[name] = n
+        end
       end
     elseif a:sub(1, 1) == "-" and a ~= "-" and #pos == 0 then
       M.usage(cmd, usage, "unknown flag " .. a)

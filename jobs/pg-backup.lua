@@ -1,0 +1,37 @@
+-- pg-backup: a nightly PostgreSQL dump, once per night across the cluster.
+--
+-- Runs pg_dump at 02:00 Shanghai time on one node with label role=db-backup,
+-- writes /var/backups/postgres/<db>-<instant>.dump and records the file's
+-- path and size under <prefix>backups/<db>/latest with ctx:put_fenced, so a
+-- node that lost its claim cannot overwrite a newer record.
+-- Settings come from the environment of the node: PGHOST, PGUSER,
+-- PGPASSWORD (or ~/.pgpass), BACKUP_DB (default "app"), BACKUP_DIR.
+--
+--   baton check jobs/pg-backup.lua && baton job put jobs/pg-backup.lua
+return {
+  description = "nightly pg_dump of the application database",
+  schedule = "0 2 * * *",
+  timezone = "Asia/Shanghai",
+  timeout = 2 * 3600,
+  concurrency = "forbid",   -- never two dumps at once
+  misfire = "run_once",     -- after an outage, one catch-up dump
+  starting_deadline = 6 * 3600,
+  retry = { attempts = 2, backoff = 60, max_backoff = 600, jitter = 0.2 },
+  on_node_loss = "rerun",
+  labels = { role = "db-backup" },
+
+  run = function(ctx)
+    local db = os.getenv("BACKUP_DB") or "app"
+    local dir = os.getenv("BACKUP_DIR") or "/var/backups/postgres"
+    local stamp = os.date("!%Y%m%dT%H%M%SZ", ctx.fire)
+    local path = ("%s/%s-%s.dump"):format(dir, db, stamp)
+    local r, err = baton.exec { "pg_dump", "-Fc", "-f", path, db, timeout = 2 * 3600 - 60 }
+    if not r then error("pg_dump: " .. err) end
+    if r.code ~= 0 then error(("pg_dump exited %d: %s"):format(r.code, r.stderr)) end
+    local st = assert(baton.exec { "stat", "-c", "%s", path })
+    local size = tonumber(st.stdout) or 0
+    ctx.log.info("backup done", { path = path, bytes = size })
+    assert(ctx:put_fenced(baton.config.prefix .. "backups/" .. db .. "/latest",
+      baton.json.encode { path = path, bytes = size, fire = ctx.fire, node = ctx.node }))
+  end,
+}

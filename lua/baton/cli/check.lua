@@ -1,0 +1,65 @@
+-- baton check FILE.lua: validate a job file the way `baton job put` and the
+-- node do (compile from source, own environment, spec), then print a
+-- one-line summary and the next 5 fire instants. Exit 0 when valid, 1 with
+-- the validation error, 2 on a usage error. Scheduling policies are checked
+-- by a later version: a policy file is recognised and reported as such.
+local baton = require "baton"
+local A = require "baton.cli.args"
+local U = require "baton.cli.util"
+local job = require "baton.job"
+
+local USAGE = "baton check FILE.lua"
+
+-- One line describing a valid spec.
+local function summary(spec)
+  local parts = { "ok: job " .. spec.name }
+  if spec.queue then
+    parts[#parts + 1] = "queue " .. spec.queue
+  else
+    parts[#parts + 1] = ("schedule %q %s"):format(spec.schedule, spec.timezone)
+  end
+  parts[#parts + 1] = ("timeout %ss"):format(spec.timeout)
+  parts[#parts + 1] = "concurrency " .. spec.concurrency
+  parts[#parts + 1] = "misfire " .. spec.misfire
+  if spec.retry.attempts > 0 then parts[#parts + 1] = "retries " .. spec.retry.attempts end
+  if spec.shards > 1 then parts[#parts + 1] = "shards " .. spec.shards end
+  if spec.policy ~= "default" then parts[#parts + 1] = "policy " .. spec.policy end
+  if next(spec.labels) then
+    local l = {}
+    for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
+    parts[#parts + 1] = "labels " .. table.concat(l, ",")
+  end
+  return table.concat(parts, ", ")
+end
+
+return function(...)
+  local _, pos = A.parse("check", USAGE, {}, { ... })
+  local file = pos[1]
+  if not file then return A.usage("check", USAGE, "needs a FILE") end
+  if pos[2] then return A.usage("check", USAGE, "unexpected argument \"" .. pos[2] .. "\"") end
+  local source, err = U.read_file(file)
+  if not source then return A.die("check " .. file .. ": " .. err) end
+  local name = U.base_name(file)
+  if not job.valid_name(name) then name = "check" end
+  local spec, verr = job.load(source, name, nil, file)
+  if not spec then
+    local fns = job.looks_like_policy(source)
+    if fns then
+      io.stdout:write(("%s: looks like a scheduling policy (%s): policies are not checked yet\n")
+        :format(file, table.concat(fns, ", ")))
+      return baton.exit(0)
+    end
+    return A.die("check " .. file .. ": " .. verr)
+  end
+  io.stdout:write(summary(spec), "\n")
+  if spec.queue then
+    io.stdout:write("runs once per task put under ", U.key("queue", spec.queue), "/\n")
+  elseif spec.manual then
+    io.stdout:write("@manual: runs only when triggered (baton job run ", spec.name, ")\n")
+  else
+    for _, t in ipairs(job.next_fires(spec, 5)) do
+      io.stdout:write(U.rfc3339(t, spec.cron), "\n")
+    end
+  end
+  baton.exit(0)
+end

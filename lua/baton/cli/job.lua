@@ -1,0 +1,405 @@
+-- baton job put|ls|show|rm|run|pause|resume|history (design.md sections 4
+-- and 9). Everything here reads and writes etcd keys under the prefix; the
+-- node does the scheduling.
+--
+--   P jobs/<name>                      the job's Lua source
+--   P paused/<name>                    present while paused
+--   P status/<name>/<node>             JSON {revision=, error=, time=} a node writes
+--   P runs/<name>/<instant>[/<shard>]  JSON run records
+--   P trigger/<name>/<id>              manual-run requests (see request_run)
+local baton = require "baton"
+local A = require "baton.cli.args"
+local U = require "baton.cli.util"
+local job = require "baton.job"
+
+local format, concat = string.format, table.concat
+local e = baton.etcd
+
+local USAGES = {
+  put = "baton job put FILE.lua [--name NAME]",
+  ls = "baton job ls [--json]",
+  show = "baton job show NAME [--json]",
+  rm = "baton job rm NAME [--purge]",
+  run = "baton job run NAME [--force]",
+  pause = "baton job pause NAME",
+  resume = "baton job resume NAME",
+  history = "baton job history NAME [-n N] [--json]",
+}
+local USAGE = "baton job put|ls|show|rm|run|pause|resume|history ..."
+for _, k in ipairs { "put", "ls", "show", "rm", "run", "pause", "resume", "history" } do
+  USAGE = USAGE .. "\n       " .. USAGES[k]
+end
+local current -- the subcommand being run, for its usage line
+local NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
+
+local function die(sub, what, err) return A.die("job " .. sub .. (what and (" " .. what) or "") .. ": " .. err) end
+local function usage(msg)
+  return A.usage(current and ("job " .. current) or "job", current and USAGES[current] or USAGE, msg)
+end
+
+-- Checks the positional arguments of a subcommand that takes one NAME.
+local function one_name(sub, pos)
+  local name = pos[2]
+  if not name then return usage("needs a NAME") end
+  if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
+  if not job.valid_name(name) then
+    return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
+  end
+  return name
+end
+
+-- The job's source kv, or false when there is none; nil, err on failure.
+local function get_job(name)
+  local r, err = e:get(U.key("jobs", name))
+  if not r then return nil, err end
+  return r.kvs[1] or false, r.revision
+end
+
+---------------------------------------------------------------------------
+-- reading state
+
+-- Status records of one job: list of {node=, revision=, error=, time=}.
+local function statuses(name)
+  local r, err = e:get(U.key("status", name) .. "/", { prefix = true })
+  if not r then return nil, err end
+  local list = {}
+  local pl = #U.key("status", name) + 2
+  for _, kv in ipairs(r.kvs) do
+    local v = U.decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
+    list[#list + 1] = {
+      node = kv.key:sub(pl), revision = U.field(v, "revision"),
+      error = U.field(v, "error"), time = U.field(v, "time"),
+    }
+  end
+  return list
+end
+
+-- Run records of one job, newest instant first, at most n (nil: all).
+local function runs(name, n)
+  local pfx = U.key("runs", name) .. "/"
+  local r, err = e:get(pfx, { prefix = true, sort = "key", order = "desc", limit = n })
+  if not r then return nil, err end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    local v = U.decode_object(kv.value) or { state = "unreadable", error = kv.value }
+    v.key = kv.key:sub(#pfx + 1)
+    list[#list + 1] = v
+  end
+  return list
+end
+
+-- One run record as a table row.
+local function run_row(rec)
+  local fire = U.field(rec, "fire")
+  local started, finished = U.field(rec, "started"), U.field(rec, "finished")
+  local dur = "-"
+  if type(started) == "number" and type(finished) == "number" then
+    dur = U.duration(finished - started)
+  elseif type(started) == "number" and U.field(rec, "state") == "running" then
+    dur = U.duration(baton.now() - started) .. "+"
+  end
+  local err = U.field(rec, "error")
+  local where = type(fire) == "number" and U.instant(fire) or rec.key
+  local shard = U.field(rec, "shard")
+  if type(shard) == "table" then shard = shard.index end
+  if shard then where = where .. "/" .. tostring(shard) end
+  return {
+    where, tostring(U.field(rec, "node") or "-"), tostring(U.field(rec, "attempt") or "-"),
+    tostring(U.field(rec, "state") or "-"), dur, err and tostring(err):gsub("\n", " ") or "",
+  }
+end
+local RUN_HEADER = { "FIRE", "NODE", "ATTEMPT", "STATE", "DURATION", "ERROR" }
+
+-- A run record for --json (keys as stored, plus the run key's tail).
+local function run_json(rec)
+  return rec
+end
+
+---------------------------------------------------------------------------
+-- subcommands
+
+local sub = {}
+
+function sub.put(pos, opts)
+  local file = pos[2]
+  if not file then return usage("needs a FILE") end
+  if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
+  local name = opts.name or U.base_name(file)
+  if not job.valid_name(name) then
+    return usage(format("invalid job name \"%s\" (%s)%s", name, NAME_RULE,
+      opts.name and "" or "; choose one with --name"))
+  end
+  local source, err = U.read_file(file)
+  if not source then return die("put", file, err) end
+  local spec, verr = job.load(source, name, nil, file)
+  if not spec then return die("put", file, verr) end
+  local key = U.key("jobs", name)
+  local r, perr = e:put(key, source, { prev_kv = true })
+  if not r then return die("put", name, perr) end
+  io.stdout:write(format("%s job %s at %s (revision %d)\n",
+    r.prev_kv and "updated" or "created", name, key, r.revision))
+  baton.exit(0)
+end
+
+-- The row (and JSON) describing one stored job for ls.
+local function describe(name, kv, paused, status_list)
+  local spec, verr = job.load(kv.value, name, kv.mod_revision)
+  local d = {
+    name = name, revision = kv.mod_revision, paused = paused or false, broken = false,
+  }
+  if spec then
+    d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
+    local nf = job.next_fires(spec, 1)[1]
+    if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
+  else
+    d.broken, d.error = true, verr
+  end
+  for _, st in ipairs(status_list or {}) do
+    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
+  end
+  return d, spec
+end
+
+function sub.ls(pos, opts)
+  if pos[2] then return usage("unexpected argument \"" .. pos[2] .. "\"") end
+  local jpfx, ppfx, spfx = U.key("jobs") .. "/", U.key("paused") .. "/", U.key("status") .. "/"
+  local jr, err = e:get(jpfx, { prefix = true, sort = "key", order = "asc" })
+  if not jr then return die("ls", nil, err) end
+  local pr, perr = e:get(ppfx, { prefix = true, keys_only = true, revision = jr.revision })
+  if not pr then return die("ls", nil, perr) end
+  local sr, serr = e:get(spfx, { prefix = true, revision = jr.revision })
+  if not sr then return die("ls", nil, serr) end
+  local paused, status = {}, {}
+  for _, kv in ipairs(pr.kvs) do paused[kv.key:sub(#ppfx + 1)] = true end
+  for _, kv in ipairs(sr.kvs) do
+    local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
+    if jname then
+      local v = U.decode_object(kv.value) or {}
+      status[jname] = status[jname] or {}
+      table.insert(status[jname], { node = node, error = U.field(v, "error") })
+    end
+  end
+  local list, rows = {}, {}
+  for _, kv in ipairs(jr.kvs) do
+    local name = kv.key:sub(#jpfx + 1)
+    local d = describe(name, kv, paused[name], status[name])
+    local last = runs(name, 1)
+    if last and last[1] then
+      d.last = { run = last[1].key, state = U.field(last[1], "state") }
+    end
+    list[#list + 1] = d
+    local state = d.broken and (d.paused and "broken,paused" or "broken") or (d.paused and "paused" or "active")
+    rows[#rows + 1] = {
+      name, d.schedule or (d.queue and "queue:" .. d.queue) or "-", d.timezone or "-",
+      d.next or "-", state, d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
+    }
+  end
+  if opts.json then
+    U.print_json(baton.json.array(list))
+  else
+    U.print_table({ "NAME", "SCHEDULE", "TIMEZONE", "NEXT", "STATE", "LAST RUN" }, rows)
+  end
+  baton.exit(0)
+end
+
+function sub.show(pos, opts)
+  local name = one_name("show", pos)
+  local kv, err = get_job(name)
+  if kv == nil then return die("show", name, err) end
+  if not kv then return die("show", name, "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)) end
+  local pr, perr = e:get(U.key("paused", name))
+  if not pr then return die("show", name, perr) end
+  local st, serr = statuses(name)
+  if not st then return die("show", name, serr) end
+  local rs, rerr = runs(name, 10)
+  if not rs then return die("show", name, rerr) end
+  local d, spec = describe(name, kv, pr.count > 0, st)
+
+  if opts.json then
+    U.print_json {
+      name = name, key = kv.key, revision = kv.mod_revision, created_revision = kv.create_revision,
+      version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
+      spec = spec and job.summary(spec) or baton.json.null,
+      next = spec and baton.json.array((function()
+        local t = {}
+        for i, f in ipairs(d.paused and {} or job.next_fires(spec, 5)) do t[i] = U.rfc3339(f, spec.cron) end
+        return t
+      end)()) or baton.json.array {},
+      status = baton.json.array(st), runs = baton.json.array(rs),
+    }
+    return baton.exit(0)
+  end
+
+  local f = {
+    { "job", name },
+    { "key", format("%s (revision %d, version %d)", kv.key, kv.mod_revision, kv.version) },
+  }
+  if spec then
+    if spec.description then f[#f + 1] = { "description", spec.description } end
+    if spec.queue then
+      f[#f + 1] = { "queue", spec.queue .. " (" .. U.key("queue", spec.queue) .. "/)" }
+    else
+      f[#f + 1] = { "schedule", format("%s (%s)", spec.schedule, spec.timezone) }
+      f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next or "- (only when triggered)") }
+    end
+    f[#f + 1] = { "timeout", spec.timeout .. "s" }
+    f[#f + 1] = { "concurrency", spec.concurrency }
+    f[#f + 1] = { "misfire", spec.misfire .. (spec.starting_deadline
+      and format(" (starting deadline %ss)", spec.starting_deadline) or " (no starting deadline)") }
+    local r = spec.retry
+    f[#f + 1] = { "retry", r.attempts == 0 and "none" or format("%d more attempts, backoff %ss up to %ss, jitter %s",
+      r.attempts, r.backoff, r.max_backoff, r.jitter) }
+    f[#f + 1] = { "shards", tostring(spec.shards) }
+    f[#f + 1] = { "policy", spec.policy }
+    f[#f + 1] = { "on_node_loss", spec.on_node_loss }
+    local l = {}
+    for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
+    f[#f + 1] = { "labels", #l > 0 and concat(l, ",") or "(any node)" }
+  end
+  f[#f + 1] = { "paused", d.paused and "yes" or "no" }
+  if d.error then f[#f + 1] = { "error", d.error } end
+  U.print_fields(f)
+
+  io.stdout:write("\nnodes:\n")
+  if #st == 0 then
+    io.stdout:write("  (no node has reported loading it)\n")
+  else
+    local rows = {}
+    for _, s in ipairs(st) do
+      local loaded = s.revision and tostring(s.revision) or "-"
+      if s.revision and s.revision ~= kv.mod_revision then loaded = loaded .. " (stale)" end
+      rows[#rows + 1] = { "  " .. s.node, loaded, s.error and tostring(s.error):gsub("\n", " ") or "ok" }
+    end
+    U.print_table({ "  NODE", "REVISION", "STATUS" }, rows)
+  end
+  io.stdout:write("\nlast runs:\n")
+  if #rs == 0 then
+    io.stdout:write("  (none)\n")
+  else
+    local rows = {}
+    for _, rec in ipairs(rs) do
+      local row = run_row(rec)
+      row[1] = "  " .. row[1]
+      rows[#rows + 1] = row
+    end
+    local h = { unpack(RUN_HEADER) }
+    h[1] = "  " .. h[1]
+    U.print_table(h, rows)
+  end
+  baton.exit(0)
+end
+
+function sub.history(pos, opts)
+  local name = one_name("history", pos)
+  local rs, err = runs(name, opts.n or 20)
+  if not rs then return die("history", name, err) end
+  if opts.json then
+    local list = {}
+    for i, rec in ipairs(rs) do list[i] = run_json(rec) end
+    U.print_json(baton.json.array(list))
+  else
+    local rows = {}
+    for _, rec in ipairs(rs) do rows[#rows + 1] = run_row(rec) end
+    U.print_table(RUN_HEADER, rows)
+  end
+  baton.exit(0)
+end
+
+function sub.rm(pos, opts)
+  local name = one_name("rm", pos)
+  local jkey = U.key("jobs", name)
+  local ops = {
+    { delete = { key = jkey } },
+    { delete = { key = U.key("paused", name) } },
+    { delete = { key = U.key("status", name) .. "/", prefix = true } },
+    { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
+  }
+  if opts.purge then ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } } end
+  local r, err = e:txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = ops,
+  }
+  if not r then return die("rm", name, err) end
+  if not r.succeeded then return die("rm", name, "ENOENT: no job " .. name .. " at " .. jkey) end
+  local n = opts.purge and r.responses[#ops].deleted or 0
+  io.stdout:write(format("removed job %s%s\n", name,
+    opts.purge and format(" and its %d run records", n) or " (run history kept; --purge removes it)"))
+  baton.exit(0)
+end
+
+-- Sets or clears the paused flag of an existing job.
+local function set_paused(sub_name, pos, paused)
+  local name = one_name(sub_name, pos)
+  local jkey, pkey = U.key("jobs", name), U.key("paused", name)
+  local op = paused
+    and { put = { key = pkey, value = baton.json.encode { at = baton.now() } } }
+    or { delete = { key = pkey } }
+  local r, err = e:txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = { { get = { key = pkey, keys_only = true } }, op },
+  }
+  if not r then return die(sub_name, name, err) end
+  if not r.succeeded then return die(sub_name, name, "ENOENT: no job " .. name .. " at " .. jkey) end
+  local was = r.responses[1].count > 0
+  if paused then
+    io.stdout:write(was and format("job %s was already paused\n", name) or format("paused job %s\n", name))
+  else
+    io.stdout:write(was and format("resumed job %s\n", name) or format("job %s was not paused\n", name))
+  end
+  baton.exit(0)
+end
+
+function sub.pause(pos) return set_paused("pause", pos, true) end
+function sub.resume(pos) return set_paused("resume", pos, false) end
+
+-- The manual-trigger mechanism, kept in this one function until the node
+-- decides its final form: a request key P trigger/<job>/<ms>-<rand> with
+-- {force=, at=}; the node consumes (and deletes) it and claims a run.
+-- Returns the key, or nil, err; ENOENT if there is no such job.
+local function request_run(name, force)
+  local jkey = U.key("jobs", name)
+  local key = U.key("trigger", name, U.time_id())
+  local r, err = e:txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = { { put = { key = key, value = baton.json.encode { force = force, at = baton.now() } } } },
+  }
+  if not r then return nil, err end
+  if not r.succeeded then return nil, "ENOENT: no job " .. name .. " at " .. jkey end
+  return key
+end
+
+function sub.run(pos, opts)
+  local name = one_name("run", pos)
+  local key, err = request_run(name, opts.force or false)
+  if not key then return die("run", name, err) end
+  io.stdout:write(format("queued a manual run of %s%s (%s); a node will start it\n", name,
+    opts.force and " (--force: ignoring concurrency)" or "", key))
+  baton.exit(0)
+end
+
+local FLAGS = {
+  put = { name = "string" },
+  ls = { json = "flag" },
+  show = { json = "flag" },
+  history = { n = "count", json = "flag" },
+  rm = { purge = "flag" },
+  run = { force = "flag" },
+  pause = {}, resume = {},
+}
+
+return function(...)
+  local argv = { ... }
+  local what = argv[1]
+  if not what then return usage("needs a subcommand") end
+  if not sub[what] then return usage("unknown subcommand \"" .. what .. "\"") end
+  current = what
+  local rest = {}
+  for i = 2, #argv do rest[#rest + 1] = argv[i] end
+  -- the subcommand's name is positional 1, so flags before NAME are parsed
+  local opts, pos = A.parse("job " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) })
+  -- a flag the subcommand does not know lands in pos after NAME: refuse it
+  for i = 2, #pos do
+    if pos[i]:match("^%-") and pos[i] ~= "-" then return usage("unknown flag " .. pos[i]) end
+  end
+  return sub[what](pos, opts)
+end

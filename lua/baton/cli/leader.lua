@@ -1,0 +1,25 @@
+-- baton leader [--json]: the elected cluster leader, i.e. the oldest key
+-- (smallest create revision) under P election/ (etcd's election recipe:
+-- P election/<lease hex>). Prints the leader's value (the node's name);
+-- "no leader" and exit 1 when there is none.
+local baton = require "baton"
+local A = require "baton.cli.args"
+local U = require "baton.cli.util"
+
+local USAGE = "baton leader [--json]"
+
+return function(...)
+  local opts, pos = A.parse("leader", USAGE, { json = "flag" }, { ... })
+  if pos[1] then return A.usage("leader", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
+  local pfx = U.key("election") .. "/"
+  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "create", order = "asc", limit = 1 })
+  if not r then return A.die("leader: " .. err) end
+  local kv = r.kvs[1]
+  if not kv then return A.die("leader: no leader (nothing under " .. pfx .. ")") end
+  if opts.json then
+    U.print_json { value = kv.value, key = kv.key, lease = kv.lease, create_revision = kv.create_revision }
+  else
+    io.stdout:write(kv.value, "\n")
+  end
+  baton.exit(0)
+end

@@ -1,0 +1,37 @@
+-- baton queue push QUEUE VALUE: add a task under P queue/<QUEUE>/<id>
+-- (design.md section 7.3). The id is <unix ms, 13 digits>-<16 random hex
+-- digits>: unique across machines and sorted by push time (up to clock skew
+-- between machines; the exact order is the keys' create revision, which is
+-- what a node should claim by). VALUE "-" reads the task from stdin.
+local baton = require "baton"
+local A = require "baton.cli.args"
+local U = require "baton.cli.util"
+local job = require "baton.job"
+
+local USAGE = "baton queue push QUEUE VALUE"
+
+return function(...)
+  local _, pos = A.parse("queue", USAGE, {}, { ... })
+  if pos[1] ~= "push" then
+    return A.usage("queue", USAGE, pos[1] and ("unknown subcommand \"" .. pos[1] .. "\"") or "needs a subcommand")
+  end
+  local queue, value = pos[2], pos[3]
+  if not queue then return A.usage("queue", USAGE, "push needs a QUEUE") end
+  if not job.valid_name(queue) then
+    return A.usage("queue", USAGE, ("invalid queue name \"%s\" (letters, digits, '_', '.', '-', "
+      .. "starting with a letter or digit)"):format(queue))
+  end
+  if not value then return A.usage("queue", USAGE, "push needs a VALUE (or - to read it from stdin)") end
+  if pos[4] then return A.usage("queue", USAGE, "unexpected argument \"" .. pos[4] .. "\"") end
+  if value == "-" then value = io.stdin:read("*a") or "" end
+  local key = U.key("queue", queue, U.time_id())
+  -- created only if absent: an id collision must not overwrite a task
+  local r, err = baton.etcd:txn {
+    compare = { { key = key, target = "create", op = "==", value = 0 } },
+    success = { { put = { key = key, value = value } } },
+  }
+  if not r then return A.die("queue push " .. queue .. ": " .. err) end
+  if not r.succeeded then return A.die("queue push " .. queue .. ": EEXIST: " .. key .. " exists; try again") end
+  io.stdout:write(key, "\n")
+  baton.exit(0)
+end

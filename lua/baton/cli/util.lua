@@ -1,0 +1,159 @@
+-- Helpers shared by the job, queue, nodes and leader subcommands: the key
+-- prefix and layout (design.md section 9), time formatting, aligned tables,
+-- reading files, ids.
+local baton = require "baton"
+
+local format, floor, concat = string.format, math.floor, table.concat
+local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
+
+local M = {}
+
+-- The configured prefix (--prefix, BATON_PREFIX, default "/baton/"), with
+-- a trailing "/" added when missing.
+function M.prefix()
+  local p = (baton.config and baton.config.prefix) or "/baton/"
+  if p:sub(-1) ~= "/" then p = p .. "/" end
+  return p
+end
+
+-- Keys of design.md section 9 under the prefix.
+function M.key(kind, ...)
+  local parts = { M.prefix() .. kind }
+  for _, v in ipairs { ... } do parts[#parts + 1] = tostring(v) end
+  return concat(parts, "/")
+end
+
+-- An instant as a run key names it: 2026-11-29T02:00:00Z (UTC, whole
+-- seconds).
+function M.instant(t)
+  return os.date("!%Y-%m-%dT%H:%M:%SZ", floor(t))
+end
+
+-- An instant for a reader, RFC 3339. With a zone, this should carry the
+-- zone's offset as `baton cron` prints it; the Lua API has no formatter yet
+-- (runtime/lua_cron.c), so a zone is used only if the cron object offers
+-- :format(t), and otherwise the instant is shown in UTC ("Z").
+function M.rfc3339(t, cron)
+  if t == nil then return "-" end
+  if cron and cron.format then return cron:format(t) end
+  return M.instant(t)
+end
+
+-- Seconds as a short duration: 850ms, 12s, 3m04s, 2h05m, 3d04h.
+function M.duration(s)
+  if type(s) ~= "number" or s ~= s then return "-" end
+  if s < 0 then s = 0 end
+  if s < 1 then return format("%dms", floor(s * 1000 + 0.5)) end
+  if s < 60 then return format("%ds", floor(s + 0.5)) end
+  s = floor(s + 0.5)
+  if s < 3600 then return format("%dm%02ds", floor(s / 60), s % 60) end
+  if s < 86400 then return format("%dh%02dm", floor(s / 3600), floor(s % 3600 / 60)) end
+  return format("%dd%02dh", floor(s / 86400), floor(s % 86400 / 3600))
+end
+
+-- Prints rows (lists of strings) in aligned columns under a header, two
+-- spaces apart, the last column unpadded. Nothing at all when rows is empty.
+function M.print_table(header, rows, out)
+  out = out or io.stdout
+  if #rows == 0 then return end
+  local width = {}
+  local all = { header }
+  for _, r in ipairs(rows) do all[#all + 1] = r end
+  for _, r in ipairs(all) do
+    for i = 1, #header do
+      local v = tostring(r[i] == nil and "-" or r[i])
+      if #v > (width[i] or 0) then width[i] = #v end
+    end
+  end
+  for _, r in ipairs(all) do
+    local cells = {}
+    for i = 1, #header do
+      local v = tostring(r[i] == nil and "-" or r[i])
+      cells[i] = i < #header and v .. (" "):rep(width[i] - #v) or v
+    end
+    out:write((concat(cells, "  "):gsub("%s+$", "")), "\n")
+  end
+end
+
+-- "key: value" lines with the values aligned.
+function M.print_fields(list, out)
+  out = out or io.stdout
+  local w = 0
+  for _, kv in ipairs(list) do if #kv[1] > w then w = #kv[1] end end
+  for _, kv in ipairs(list) do
+    out:write(kv[1], ":", (" "):rep(w - #kv[1] + 2), tostring(kv[2]), "\n")
+  end
+end
+
+-- JSON on one line, to stdout.
+function M.print_json(v)
+  io.stdout:write(baton.json.encode(v), "\n")
+end
+
+-- The whole content of a file, or nil, "ENOENT: FILE: ...", code.
+function M.read_file(path)
+  local f, err, errno = io.open(path, "rb")
+  if not f then
+    local code = errno == 2 and "ENOENT" or errno == 13 and "EACCES" or "EIO"
+    return nil, format("%s: %s", code, err), code
+  end
+  local s = f:read("*a")
+  f:close()
+  if not s then return nil, "EIO: " .. path .. ": cannot read", "EIO" end
+  return s
+end
+
+-- The base name of a path without its .lua extension.
+function M.base_name(path)
+  return (path:match("([^/]*)$"):gsub("%.lua$", ""))
+end
+
+-- n random bytes as hex, from /dev/urandom (math.random as a fallback).
+local seeded = false
+function M.random_hex(n)
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(n)
+  if f then f:close() end
+  if bytes and #bytes == n then
+    return (bytes:gsub(".", function(c) return format("%02x", c:byte()) end))
+  end
+  if not seeded then
+    math.randomseed(floor(baton.now() * 1000) % 2147483647)
+    seeded = true
+  end
+  local t = {}
+  for i = 1, n do t[i] = format("%02x", math.random(0, 255)) end
+  return concat(t)
+end
+
+-- A unique id that sorts by creation time: 13 digits of Unix milliseconds,
+-- "-", 16 random hex digits. Ids made on different machines in the same
+-- millisecond sort in an arbitrary order; the exact order of puts is the
+-- keys' create revision.
+function M.time_id()
+  return format("%013d-%s", floor(baton.now() * 1000), M.random_hex(8))
+end
+
+-- Decodes a JSON object value; nil when it is not one.
+function M.decode_object(s)
+  local v = baton.json.decode(s)
+  if type(v) ~= "table" then return nil end
+  return v
+end
+
+-- A JSON-decoded field: nil for JSON null.
+function M.field(t, k)
+  local v = t and t[k]
+  if v == baton.json.null then return nil end
+  return v
+end
+
+-- Sorted keys of a table.
+function M.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+return M

@@ -1,0 +1,581 @@
+-- The job loader and validator (design.md section 6), pure Lua and
+-- synchronous: nothing here waits, so the node can call it from a watch
+-- handler and the CLI before it writes anything.
+--
+--   local job = require "baton.job"
+--   local spec, err, code = job.load(source, "backup" [, revision [, chunkname]])
+--   job.next_fires(spec, 5 [, after])  --> {epoch, ...} ({} for @manual and queues)
+--   job.summary(spec)                  --> plain data (no functions): for JSON and display
+--
+-- load compiles source text (never bytecode) into an environment of its own,
+-- runs the chunk under an instruction bound and where no waiting call is
+-- possible, requires a table back and validates it. It returns a normalised
+-- spec (defaults filled, see DEFAULTS and docs/jobs.md) or
+-- nil, "EINVAL: job NAME: field 'F': ...", "EINVAL".
+local baton = require "baton"
+
+local type, pairs, ipairs, next, tostring, tonumber = type, pairs, ipairs, next, tostring, tonumber
+local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, rawget, select
+local format, byte, floor, huge = string.format, string.byte, math.floor, math.huge
+local sort, concat = table.sort, table.concat
+local loadstring, setfenv = loadstring, setfenv
+local sethook, gethook, getinfo = debug.sethook, debug.gethook, debug.getinfo
+local jit = rawget(_G, "jit")
+
+local M = {}
+
+-- Instructions a chunk may execute at load time, and how often the hook
+-- looks. A job file only builds and returns a table; 10 million VM
+-- instructions is a few tens of milliseconds, far more than any real file.
+M.LOAD_BUDGET = 1e7
+local HOOK_EVERY = 1000
+
+-- Defaults of the optional fields (documented in docs/jobs.md).
+local DEFAULTS = {
+  timezone = "UTC",
+  timeout = 3600,
+  concurrency = "forbid",
+  misfire = "run_once",
+  starting_deadline = nil, -- no limit
+  shards = 1,
+  policy = "default",
+  on_node_loss = "rerun",
+}
+M.DEFAULTS = DEFAULTS
+local RETRY_DEFAULTS = { attempts = 0, backoff = 10, max_backoff = 300, jitter = 0.2 }
+M.RETRY_DEFAULTS = RETRY_DEFAULTS
+
+local FIELDS = {
+  "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
+  "starting_deadline", "retry", "shards", "shard_params", "policy",
+  "on_node_loss", "labels", "description", "run",
+}
+local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
+local ENUMS = {
+  concurrency = { "allow", "forbid", "replace" },
+  misfire = { "skip", "run_once", "run_all" },
+  on_node_loss = { "rerun", "abandon" },
+}
+-- Names people reach for out of habit in other schedulers.
+local ALIASES = {
+  tz = "timezone", zone = "timezone", time_zone = "timezone", cron = "schedule",
+  retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
+  concurrency_policy = "concurrency", node_selector = "labels", params = "shard_params",
+}
+-- The functions of a scheduling policy (design.md section 8).
+M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
+
+local NAME_PATTERN = "^[%w][%w_.-]*$"
+
+-- True if s is a valid job (or policy, queue) name: letters, digits, "_",
+-- "." and "-", starting with a letter or a digit.
+function M.valid_name(s)
+  return type(s) == "string" and #s <= 200 and s:find(NAME_PATTERN) ~= nil
+end
+
+local function levenshtein(a, b)
+  local prev, cur = {}, {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    cur[0] = i
+    local ca = byte(a, i)
+    for j = 1, #b do
+      local cost = ca == byte(b, j) and 0 or 1
+      local d = prev[j] + 1
+      if cur[j - 1] + 1 < d then d = cur[j - 1] + 1 end
+      if prev[j - 1] + cost < d then d = prev[j - 1] + cost end
+      cur[j] = d
+    end
+    prev, cur = cur, prev
+  end
+  return prev[#b]
+end
+
+-- The known name closest to a misspelt one, or nil if none is close.
+local function did_you_mean(name, known, aliases)
+  if aliases and aliases[name:lower()] then return aliases[name:lower()] end
+  local best, best_d = nil, huge
+  local limit = #name <= 4 and 1 or 2
+  for _, k in ipairs(known) do
+    local d = levenshtein(name:lower(), k)
+    if d < best_d then best, best_d = k, d end
+  end
+  if best_d <= limit then return best end
+  return nil
+end
+M.did_you_mean = did_you_mean
+
+---------------------------------------------------------------------------
+-- the environment of a job
+
+-- Read-only views of the standard libraries and of baton, shared by every
+-- job: a job reads string.format or baton.etcd through them and cannot
+-- change them for the others. (pairs() over a view sees nothing: it is a
+-- proxy. This is isolation between jobs, not a security sandbox: a worker
+-- process is the containment boundary, design.md section 3.)
+local views = {}
+local function view(name, t)
+  local v = views[name]
+  if v then return v end
+  v = setmetatable({}, {
+    __index = t,
+    __newindex = function(_, k)
+      error(format("%s is shared and read-only: cannot set %s.%s", name, name, tostring(k)), 2)
+    end,
+    __metatable = false,
+  })
+  views[name] = v
+  return v
+end
+
+-- What a job sees as globals unless it defines its own. getfenv/setfenv
+-- (they reach the process's globals) and debug (it could lift the load
+-- bound) are left out.
+local SHARED_FUNCTIONS = {
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "print", "rawequal",
+  "rawget", "rawset", "select", "setmetatable", "getmetatable", "tonumber",
+  "tostring", "type", "unpack", "xpcall", "require", "collectgarbage",
+}
+local SHARED_LIBS = { "string", "table", "math", "os", "io", "coroutine", "bit", "jit", "package" }
+
+local base
+local function base_env()
+  if base then return base end
+  base = {}
+  for _, k in ipairs(SHARED_FUNCTIONS) do base[k] = rawget(_G, k) end
+  for _, k in ipairs(SHARED_LIBS) do
+    local lib = rawget(_G, k)
+    if type(lib) == "table" then base[k] = view(k, lib) end
+  end
+  base.baton = view("baton", baton)
+  base._VERSION = _VERSION
+  return base
+end
+
+local env_mt = { __index = function(_, k) return base_env()[k] end }
+
+-- A fresh global table for one job: reads fall through to the shared
+-- views, writes stay in it, and _G is the job's own table.
+function M.new_env()
+  local env = setmetatable({}, env_mt)
+  env._G = env
+  return env
+end
+
+---------------------------------------------------------------------------
+-- running the chunk
+
+local function fail(name, msg)
+  return nil, format("EINVAL: job %s: %s", name, msg), "EINVAL"
+end
+
+local BUDGET_MSG = "\0baton.job: load budget exceeded"
+
+-- Calls fn() under the instruction bound, from inside a C call
+-- (string.gsub's callback) so that a waiting call such as baton.sleep
+-- raises instead of suspending the loader. Returns pcall's results.
+local function bounded_call(fn)
+  local old_hook, old_mask, old_count = gethook()
+  local left = M.LOAD_BUDGET
+  local source = getinfo(fn, "S").source
+  local function hook()
+    if left > 0 then
+      left = left - HOOK_EVERY
+      if left > 0 then return end
+      -- From now on every instruction of the file's code raises, so a
+      -- pcall loop inside the chunk cannot swallow the error and go on.
+      sethook(hook, "", 1)
+    end
+    local info = getinfo(2, "S")
+    if info and info.source == source then error(BUDGET_MSG, 0) end
+  end
+  if jit then jit.off(fn, true) end -- compiled loops do not run count hooks
+  local res
+  sethook(hook, "", HOOK_EVERY)
+  local ok, err = pcall(string.gsub, "x", "x", function()
+    res = { pcall(fn) }
+    return ""
+  end)
+  sethook(old_hook, old_mask or "", old_count or 0)
+  if jit then jit.on(fn, true) end -- run() may be compiled when it runs
+  if not ok then return false, err end
+  return res[1], res[2]
+end
+
+-- Turns a load-time error into the message the user should read.
+local function load_error(err)
+  err = tostring(err)
+  if err == BUDGET_MSG then
+    return format("the file ran for more than %d Lua instructions while loading "
+      .. "(an endless loop?); a job file should only build and return its table", M.LOAD_BUDGET)
+  end
+  if err:find("cannot wait here", 1, true) or err:find("yield across", 1, true) then
+    local fn = err:match("([%w_.:]+): cannot wait here") or "a waiting call"
+    return "the file called " .. fn .. " while loading; calls that wait (etcd, exec, http, "
+      .. "sleep) belong inside run"
+  end
+  return "error while loading: " .. err
+end
+
+---------------------------------------------------------------------------
+-- validation
+
+local function typename(v)
+  if v == nil then return "nil" end
+  local t = type(v)
+  if t == "number" and v ~= v then return "NaN" end
+  return t
+end
+
+local function qs(s) return format("%q", s) end
+
+local function is_int(v) return type(v) == "number" and v == floor(v) and v > -huge and v < huge end
+local function is_finite(v) return type(v) == "number" and v == v and v > -huge and v < huge end
+
+local function one_of(list)
+  local parts = {}
+  for i, v in ipairs(list) do parts[i] = qs(v) end
+  return concat(parts, ", ", 1, #parts - 1) .. " or " .. parts[#parts]
+end
+
+-- Each checker returns nil when fine, else the message after
+-- "field 'F': ".
+local function want_type(v, t)
+  if type(v) ~= t then return format("expected a %s, got %s", t, typename(v)) end
+end
+
+local function check_positive(v)
+  local e = want_type(v, "number")
+  if e then return e end
+  if not is_finite(v) or v <= 0 then return format("must be a number of seconds > 0, got %s", tostring(v)) end
+end
+
+local function check_enum(field)
+  return function(v)
+    local e = want_type(v, "string")
+    if e then return e end
+    for _, x in ipairs(ENUMS[field]) do if v == x then return nil end end
+    return format("must be %s, got %s", one_of(ENUMS[field]), qs(v))
+  end
+end
+
+local function unknown_field(what, k, known, aliases, prefix)
+  if type(k) ~= "string" then
+    return format("%s: unexpected %s key %s (fields are names such as 'schedule')", what, type(k), tostring(k))
+  end
+  local msg = format("unknown field '%s%s'", prefix or "", k)
+  local hint = did_you_mean(k, known, aliases)
+  if hint then msg = msg .. format(" (did you mean '%s%s'?)", prefix or "", hint) end
+  return msg
+end
+
+local function is_list(t)
+  local n = #t
+  for k in pairs(t) do
+    if not is_int(k) or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+-- Validates the table a job file returned; returns the spec or nil, msg.
+local function validate(t, name)
+  local known = {}
+  for _, f in ipairs(FIELDS) do known[f] = true end
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    if not known[k] then return nil, unknown_field("the table", k, FIELDS, ALIASES) end
+  end
+
+  local function field(f, msg) return nil, format("field '%s': %s", f, msg) end
+  local spec = { name = name }
+
+  -- run
+  if t.run == nil then
+    return nil, "field 'run' is missing: a job needs run = function(ctx) ... end"
+  end
+  if type(t.run) ~= "function" then return field("run", "expected a function, got " .. typename(t.run)) end
+  spec.run = t.run
+
+  -- description
+  if t.description ~= nil then
+    local e = want_type(t.description, "string")
+    if e then return field("description", e) end
+    spec.description = t.description
+  end
+
+  -- schedule | queue
+  if t.schedule ~= nil and t.queue ~= nil then
+    return nil, "fields 'schedule' and 'queue' exclude each other: a job runs on a schedule or per queue task"
+  end
+  if t.schedule == nil and t.queue == nil then
+    return nil, "needs a 'schedule' (cron, @daily, @every 30s, @manual) or a 'queue' (a queue name)"
+  end
+
+  -- timezone (checked first: the schedule is read on its clock)
+  local tz = DEFAULTS.timezone
+  if t.timezone ~= nil then
+    local e = want_type(t.timezone, "string")
+    if e then return field("timezone", e) end
+    local ok, err = pcall(baton.cron, "@manual", t.timezone)
+    if not ok then return field("timezone", tostring(err)) end
+    tz = t.timezone
+  end
+  spec.timezone = tz
+
+  if t.schedule ~= nil then
+    local e = want_type(t.schedule, "string")
+    if e then return field("schedule", e) end
+    local ok, c = pcall(baton.cron, t.schedule, tz)
+    if not ok then return field("schedule", tostring(c)) end
+    spec.schedule, spec.cron = t.schedule, c
+    spec.manual = t.schedule:lower():find("^%s*@manual%s*$") ~= nil
+  else
+    local e = want_type(t.queue, "string")
+    if e then return field("queue", e) end
+    if not M.valid_name(t.queue) then
+      return field("queue", format("%s is not a queue name (letters, digits, '_', '.', '-'; "
+        .. "starting with a letter or digit)", qs(t.queue)))
+    end
+    spec.queue = t.queue
+    if t.timezone ~= nil then
+      -- harmless, but a sign of a misunderstanding
+      return field("timezone", "a queue job has no schedule to read on a clock; remove it")
+    end
+  end
+
+  -- timeout, starting_deadline
+  spec.timeout = DEFAULTS.timeout
+  if t.timeout ~= nil then
+    local e = check_positive(t.timeout)
+    if e then return field("timeout", e) end
+    spec.timeout = t.timeout
+  end
+  if t.starting_deadline ~= nil then
+    local e = check_positive(t.starting_deadline)
+    if e then return field("starting_deadline", e) end
+    spec.starting_deadline = t.starting_deadline
+  end
+
+  -- enums
+  for _, f in ipairs { "concurrency", "misfire", "on_node_loss" } do
+    spec[f] = DEFAULTS[f]
+    if t[f] ~= nil then
+      local e = check_enum(f)(t[f])
+      if e then return field(f, e) end
+      spec[f] = t[f]
+    end
+  end
+
+  -- retry
+  local r = {}
+  for k, v in pairs(RETRY_DEFAULTS) do r[k] = v end
+  if t.retry ~= nil then
+    local e = want_type(t.retry, "table")
+    if e then return field("retry", e) end
+    local rk = {}
+    for k in pairs(t.retry) do rk[#rk + 1] = k end
+    sort(rk, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(rk) do
+      local ok = false
+      for _, f in ipairs(RETRY_FIELDS) do if k == f then ok = true end end
+      if not ok then
+        if type(k) ~= "string" then
+          return field("retry", format("unexpected %s key %s (fields are attempts, backoff, max_backoff, jitter)",
+            type(k), tostring(k)))
+        end
+        return nil, unknown_field("retry", k, RETRY_FIELDS, nil, "retry.")
+      end
+    end
+    local tr = t.retry
+    if tr.attempts ~= nil then
+      if not is_int(tr.attempts) or tr.attempts < 0 then
+        return field("retry.attempts", format("must be a whole number >= 0, got %s", tostring(tr.attempts)))
+      end
+      r.attempts = tr.attempts
+    end
+    for _, f in ipairs { "backoff", "max_backoff" } do
+      if tr[f] ~= nil then
+        if not is_finite(tr[f]) or tr[f] < 0 then
+          return field("retry." .. f, format("must be a number of seconds >= 0, got %s", tostring(tr[f])))
+        end
+        r[f] = tr[f]
+      end
+    end
+    if tr.backoff ~= nil and tr.max_backoff == nil and r.backoff > r.max_backoff then
+      r.max_backoff = r.backoff
+    end
+    if r.max_backoff < r.backoff then
+      return field("retry.max_backoff", format("must be >= retry.backoff (%s), got %s",
+        tostring(r.backoff), tostring(r.max_backoff)))
+    end
+    if tr.jitter ~= nil then
+      if not is_finite(tr.jitter) or tr.jitter < 0 or tr.jitter > 1 then
+        return field("retry.jitter", format("must be a fraction from 0 to 1, got %s", tostring(tr.jitter)))
+      end
+      r.jitter = tr.jitter
+    end
+  end
+  spec.retry = r
+
+  -- shards, shard_params
+  spec.shards = DEFAULTS.shards
+  if t.shards ~= nil then
+    if not is_int(t.shards) or t.shards < 1 then
+      return field("shards", format("must be a whole number >= 1, got %s", tostring(t.shards)))
+    end
+    spec.shards = t.shards
+  end
+  if t.shard_params ~= nil then
+    local e = want_type(t.shard_params, "table")
+    if e then return field("shard_params", e) end
+    if not is_list(t.shard_params) then
+      return field("shard_params", "must be a list {p1, p2, ...} with one entry per shard")
+    end
+    local n = #t.shard_params
+    if t.shards == nil then
+      spec.shards = n
+      if n < 1 then return field("shard_params", "must not be empty") end
+    elseif n ~= spec.shards then
+      return field("shard_params", format("has %d entries for %d shards", n, spec.shards))
+    end
+    for i, p in ipairs(t.shard_params) do
+      local tp = type(p)
+      if tp ~= "string" and tp ~= "number" and tp ~= "boolean" and tp ~= "table" then
+        return field("shard_params", format("entry %d is a %s (strings, numbers, booleans and tables only)", i, tp))
+      end
+    end
+    spec.shard_params = t.shard_params
+  end
+
+  -- policy
+  spec.policy = DEFAULTS.policy
+  if t.policy ~= nil then
+    local e = want_type(t.policy, "string")
+    if e then return field("policy", e) end
+    if not M.valid_name(t.policy) then
+      return field("policy", format("%s is not a policy name (letters, digits, '_', '.', '-')", qs(t.policy)))
+    end
+    spec.policy = t.policy
+  end
+
+  -- labels
+  local labels = {}
+  if t.labels ~= nil then
+    local e = want_type(t.labels, "table")
+    if e then return field("labels", e) end
+    local lk = {}
+    for k in pairs(t.labels) do lk[#lk + 1] = k end
+    sort(lk, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(lk) do
+      local v = t.labels[k]
+      if type(k) ~= "string" then
+        return field("labels", format("key %s is a %s; labels map names to values, {region = \"eu\"}",
+          tostring(k), type(k)))
+      end
+      if type(v) ~= "string" then
+        return field("labels", format("the value of %s must be a string, got %s", qs(k), typename(v)))
+      end
+      labels[k] = v
+    end
+  end
+  spec.labels = labels
+  return spec
+end
+
+---------------------------------------------------------------------------
+-- the API
+
+-- job.load(source, name [, revision [, chunkname]]) --> spec
+-- | nil, "EINVAL: job NAME: ...", "EINVAL". Raises on misuse (source or
+-- name not a string). chunkname is what error positions name (default
+-- "jobs/NAME").
+function M.load(source, name, revision, chunkname)
+  if type(source) ~= "string" then
+    error(format("bad argument #1 to 'load' (string expected, got %s)", type(source)), 2)
+  end
+  if type(name) ~= "string" then
+    error(format("bad argument #2 to 'load' (string expected, got %s)", type(name)), 2)
+  end
+  if revision ~= nil and type(revision) ~= "number" then
+    error(format("bad argument #3 to 'load' (number expected, got %s)", type(revision)), 2)
+  end
+  if not M.valid_name(name) then
+    return nil, format("EINVAL: invalid job name %s (letters, digits, '_', '.', '-'; "
+      .. "starting with a letter or digit)", qs(name)), "EINVAL"
+  end
+  if byte(source, 1) == 27 then
+    return fail(name, "precompiled bytecode is refused: store the Lua source text")
+  end
+  local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name)))
+  if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
+  local env = M.new_env()
+  setfenv(chunk, env)
+  local ok, t = bounded_call(chunk)
+  if not ok then return fail(name, load_error(t)) end
+  if type(t) ~= "table" then
+    return fail(name, "the file must return a table ({schedule = ..., run = function(ctx) ... end}), got "
+      .. typename(t))
+  end
+  -- A policy file given where a job was expected: say so.
+  if t.run == nil then
+    local fns = {}
+    for _, f in ipairs(M.POLICY_FUNCTIONS) do
+      if type(t[f]) == "function" then fns[#fns + 1] = f end
+    end
+    if #fns > 0 then
+      return fail(name, format("this looks like a scheduling policy (%s), not a job: "
+        .. "store it with baton policy put", concat(fns, ", ")))
+    end
+  end
+  local spec, verr = validate(t, name)
+  if not spec then return fail(name, verr) end
+  spec.revision = revision
+  spec.env = env
+  return spec
+end
+
+-- True if the table a file returns looks like a scheduling policy (one of
+-- the policy functions and no run).
+function M.looks_like_policy(source)
+  if type(source) ~= "string" or byte(source, 1) == 27 then return false end
+  local chunk = loadstring(source, "=policy")
+  if not chunk then return false end
+  setfenv(chunk, M.new_env())
+  local ok, t = bounded_call(chunk)
+  if not ok or type(t) ~= "table" or t.run ~= nil then return false end
+  local found = {}
+  for _, f in ipairs(M.POLICY_FUNCTIONS) do
+    if type(t[f]) == "function" then found[#found + 1] = f end
+  end
+  return #found > 0 and found or false
+end
+
+-- job.next_fires(spec, n [, after]) --> the next n fire instants (epoch
+-- seconds) strictly after `after` (default now); {} for @manual and queue
+-- jobs.
+function M.next_fires(spec, n, after)
+  if type(spec) ~= "table" then
+    error(format("bad argument #1 to 'next_fires' (table expected, got %s)", type(spec)), 2)
+  end
+  if not is_int(n) or n < 0 then
+    error("bad argument #2 to 'next_fires' (a whole number >= 0 expected)", 2)
+  end
+  if spec.queue or not spec.cron or spec.manual then return {} end
+  return spec.cron:next_n(n, after)
+end
+
+-- Plain data describing a spec (no functions or userdata): for --json and
+-- for the node's status.
+function M.summary(spec)
+  local s = {}
+  for _, f in ipairs(FIELDS) do
+    if f ~= "run" then s[f] = spec[f] end
+  end
+  s.name, s.revision = spec.name, spec.revision
+  return s
+end
+
+M.FIELDS = FIELDS
+return M
