@@ -106,8 +106,10 @@ end
 -- Each waiter watches only its predecessor. Every read also reads mykey, so
 -- that the moment the wait ends we know our own key still exists with
 -- myrev: etcd 3.4's lock hands out locks whose lease expired in the queue
--- (etcd #11456), and baton must not. Gives up at deadline (monotonic
--- seconds) or when the session ends.
+-- (etcd #11456), and baton must not. The watch covers our key too, so when
+-- the predecessor was the only older key (the usual hand-off: second in
+-- line), its deletion ends the wait without another read. Gives up at
+-- deadline (monotonic seconds) or when the session ends.
 local function wait_deletes(s, pfx, mykey, myrev, deadline)
   local e = s.client
   while true do
@@ -115,6 +117,8 @@ local function wait_deletes(s, pfx, mykey, myrev, deadline)
       { get = { key = pfx, prefix = true, sort = "create", order = "desc",
                 limit = 1, max_create_revision = myrev - 1 } },
       { get = { key = mykey } },
+      { get = { key = pfx, prefix = true, sort = "create", order = "asc", limit = 1,
+                keys_only = true } },
     } }
     if not r then return nil, err, code end
     local mine = r.responses[2].kvs[1]
@@ -123,8 +127,14 @@ local function wait_deletes(s, pfx, mykey, myrev, deadline)
     end
     local pred = r.responses[1].kvs[1]
     if not pred then return true end
+    -- Keys created later than ours never get in front, so if the oldest
+    -- key is our predecessor, no other key is older than us.
+    local oldest = r.responses[3].kvs[1]
+    local last_in_front = oldest ~= nil and oldest.key == pred.key
+    local lo, hi = pred.key, mykey
+    if hi < lo then lo, hi = hi, lo end
     local w
-    w, err, code = e:watch(pred.key, { start_revision = r.revision + 1 })
+    w, err, code = e:watch(lo, { range_end = hi .. "\0", start_revision = r.revision + 1 })
     if not w then return nil, err, code end
     local gone = false
     while not gone do
@@ -139,15 +149,26 @@ local function wait_deletes(s, pfx, mykey, myrev, deadline)
       local evs, werr, wcode = w:next(slice)
       if evs then
         for _, ev in ipairs(evs) do
-          if ev.type == "delete" then gone = true end
+          if ev.type == "delete" then
+            if ev.kv.key == mykey then
+              w:cancel()
+              return fail("ELOST", "key " .. mykey .. " was deleted while waiting")
+            end
+            if ev.kv.key == pred.key then gone = true end
+          end
         end
       elseif wcode ~= "ETIMEDOUT" then
         w:cancel()
         if wcode ~= "ECOMPACTED" then return nil, werr, wcode end
-        gone = true -- read again: the txn above tells whether it is still there
+        gone, last_in_front = true, false -- read again
       end
     end
     w:cancel()
+    if last_in_front then
+      local lost, why = s:done()
+      if lost then return fail("ELOST", why) end
+      return true
+    end
   end
 end
 
