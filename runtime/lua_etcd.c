@@ -405,7 +405,7 @@ static int l_next(lua_State *L) {
       uv_timer_init(bt_lua_loop(L), wt->timer);
       wt->timer->data = wt;
     }
-    uv_timer_start(wt->timer, on_next_timeout, (uint64_t) (timeout * 1000 + 0.5), 0);
+    bt_timer_start_secs(L, wt->timer, on_next_timeout, timeout);
   }
   wt->waiter = co;
   return bt_co_wait(L, co, watch_wait_cancel, wt);

@@ -567,10 +567,7 @@ static int l_exec(lua_State *L) {
       close_handle(&e->in);
   }
   if (timeout > 0) {
-    /* From now, not from the loop's cached time (Lua may have run long). */
-    uv_update_time(loop);
-    uv_timer_start(&e->timer, on_timer, (uint64_t) (timeout * 1000.0 + 0.5),
-                   0);
+    bt_timer_start_secs(L, &e->timer, on_timer, timeout);
   }
   return bt_co_wait(L, co, exec_cancel, e);
 }
@@ -813,9 +810,7 @@ static int l_proc_wait(lua_State *L) {
     uv_timer_init(loop, &w->timer);
     w->timer.data = w;
     w->timed = 1;
-    uv_update_time(loop);
-    uv_timer_start(&w->timer, on_pwait_timeout,
-                   (uint64_t) (timeout * 1000.0 + 0.5), 0);
+    bt_timer_start_secs(L, &w->timer, on_pwait_timeout, timeout);
   }
   return bt_co_wait(L, co, pwait_cancel, w);
 }

@@ -304,6 +304,12 @@ static void sleep_cancel(void *data) {
   uv_close((uv_handle_t *) &s->t, on_sleep_close);
 }
 
+void bt_timer_start_secs(lua_State *L, uv_timer_t *t, uv_timer_cb cb,
+                         double secs) {
+  uv_update_time(bt_lua_loop(L));
+  uv_timer_start(t, cb, (uint64_t) (secs * 1000.0 + 0.5), 0);
+}
+
 static int l_sleep(lua_State *L) {
   double secs = luaL_checknumber(L, 1);
   bt_co_t *co;
@@ -315,10 +321,7 @@ static int l_sleep(lua_State *L) {
   s->co = co;
   uv_timer_init(bt_lua_loop(L), &s->t);
   s->t.data = s;
-  /* The loop's cached time is from before Lua started running; without an
-   * update the sleep would end early by however long Lua ran since. */
-  uv_update_time(bt_lua_loop(L));
-  uv_timer_start(&s->t, on_sleep, (uint64_t) (secs * 1000.0 + 0.5), 0);
+  bt_timer_start_secs(L, &s->t, on_sleep, secs);
   return bt_co_wait(L, co, sleep_cancel, s);
 }
 

@@ -366,9 +366,7 @@ static int l_signal(lua_State *L) {
     uv_timer_init(loop, &w->timer);
     w->timer.data = w;
     w->timed = 1;
-    uv_update_time(loop);
-    uv_timer_start(&w->timer, on_wait_timeout,
-                   (uint64_t) (timeout * 1000.0 + 0.5), 0);
+    bt_timer_start_secs(L, &w->timer, on_wait_timeout, timeout);
   }
   return bt_co_wait(L, co, wait_cancel, w);
 }

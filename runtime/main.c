@@ -112,11 +112,26 @@ static void main_end(bt_co_t *co, const char *err, void *arg) {
   bt_rt_stop(arg, 1);
 }
 
+/* Runs the function below nargs arguments on rt's stack as the main
+ * coroutine until the process is done, frees rt, returns the exit status. */
+static int run_main(bt_rt_t *rt, int nargs) {
+  int status;
+  if (!bt_co_spawn(rt, bt_rt_L(rt), nargs, main_end, rt)) {
+    fprintf(stderr, "baton: out of memory\n");
+    bt_rt_free(rt);
+    return 1;
+  }
+  bt_rt_run(rt);
+  status = bt_rt_status(rt);
+  bt_rt_free(rt);
+  return status;
+}
+
 int bt_cli_eval(int argc, char **argv) {
   bt_rt_t *rt;
   lua_State *L;
   const char *file;
-  int i = 1, r, nargs, status;
+  int i = 1, r, nargs;
 
   while (i < argc && (r = global_flag(argc, argv, &i)) != 0)
     if (r < 0) return 2;
@@ -149,15 +164,7 @@ int bt_cli_eval(int argc, char **argv) {
     return 1;
   }
   for (r = 0; r < nargs; r++) lua_pushstring(L, argv[argc - nargs + r]);
-  if (!bt_co_spawn(rt, L, nargs, main_end, rt)) {
-    fprintf(stderr, "baton: out of memory\n");
-    bt_rt_free(rt);
-    return 1;
-  }
-  bt_rt_run(rt);
-  status = bt_rt_status(rt);
-  bt_rt_free(rt);
-  return status;
+  return run_main(rt, nargs);
 }
 
 /* Runs a subcommand written in Lua: lua/baton/cli/<name>.lua returns a
@@ -166,7 +173,7 @@ int bt_cli_eval(int argc, char **argv) {
 static int cli_lua(int argc, char **argv) {
   bt_rt_t *rt;
   lua_State *L;
-  int i, status;
+  int i;
 
   config_defaults();
   rt = bt_rt_new();
@@ -182,14 +189,7 @@ static int cli_lua(int argc, char **argv) {
     return 1;
   }
   for (i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
-  if (!bt_co_spawn(rt, L, argc - 1, main_end, rt)) {
-    bt_rt_free(rt);
-    return 1;
-  }
-  bt_rt_run(rt);
-  status = bt_rt_status(rt);
-  bt_rt_free(rt);
-  return status;
+  return run_main(rt, argc - 1);
 }
 
 static int cli_version(int argc, char **argv) {

@@ -97,6 +97,12 @@ void bt_co_kill(bt_co_t *co, const char *err);
  * returns 3. msg may be NULL (the code's description is used). */
 int bt_push_fail(lua_State *L, int err, const char *msg);
 
+/** Starts t (initialised on L's loop) to fire once after secs seconds,
+ * measured from now rather than from the loop's cached time (which is as
+ * old as the Lua code that ran since it was updated). */
+void bt_timer_start_secs(lua_State *L, uv_timer_t *t, uv_timer_cb cb,
+                         double secs);
+
 /** Live coroutines. */
 int bt_rt_ncoroutines(const bt_rt_t *rt);
 
