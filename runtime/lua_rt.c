@@ -386,6 +386,15 @@ int bt_lua_open_core(lua_State *L) {
   }
   lua_pushstring(L, BATON_VERSION);
   lua_setfield(L, -2, "version");
+  {
+    /* The running executable, so a node can start its workers with it. */
+    char exe[4096];
+    size_t n = sizeof(exe);
+    if (uv_exepath(exe, &n) == 0) {
+      lua_pushlstring(L, exe, n);
+      lua_setfield(L, -2, "_exe");
+    }
+  }
   lua_getfield(L, LUA_REGISTRYINDEX, WAIT_KEY);
   lua_setfield(L, -2, "_WAIT");
   return 0;

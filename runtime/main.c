@@ -27,6 +27,8 @@ static const char usage[] =
   "                                  hold NAME (etcdctl-compatible) while CMD runs\n"
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
+  "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]\n"
+  "                                  run a scheduler node\n"
   "  check FILE.lua                  validate a job file, print its next 5 fires\n"
   "  job put FILE.lua [--name NAME]  check, then store at <prefix>jobs/<NAME>\n"
   "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
@@ -205,6 +207,8 @@ static const struct {
   {"eval", bt_cli_eval},
   {"cron", bt_cli_cron},
   {"lock", cli_lua},
+  {"node", cli_lua},
+  {"worker", cli_lua},
   {"elect", cli_lua},
   {"check", cli_lua},
   {"job", cli_lua},

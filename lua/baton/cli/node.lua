@@ -1,0 +1,34 @@
+-- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]
+-- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
+local baton = require "baton"
+local A = require "baton.cli.args"
+
+local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]"
+
+local function hostname()
+  local f = io.open("/etc/hostname")
+  local h = f and f:read("*l")
+  if f then f:close() end
+  return (h and h ~= "") and h or "node"
+end
+
+return function(...)
+  baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
+  local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
+    workers = "count", labels = "string" }, { ... })
+  if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
+  local name = opts.name or hostname()
+  if not name:match("^[%w][%w_.-]*$") then
+    return A.usage("node", USAGE, "--name: letters, digits, '_', '.', '-' expected, not \"" .. name .. "\"")
+  end
+  local labels = {}
+  for pair in (opts.labels or ""):gmatch("[^,]+") do
+    local k, v = pair:match("^%s*([%w_.-]+)=([^,]*)$")
+    if not k then return A.usage("node", USAGE, "--labels: k=v,... expected, not \"" .. pair .. "\"") end
+    labels[k] = v
+  end
+  local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
+                                             workers = opts.workers }
+  if not ok then return A.die(err) end
+  baton.exit(0)
+end

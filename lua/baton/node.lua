@@ -1,0 +1,440 @@
+-- The conductor of `baton node` (design.md sections 3, 7, 9).
+--
+-- One process per machine: a session lease, registration at P nodes/<name>,
+-- a campaign in the cluster election, the job store (list, then watch from
+-- the listed revision + 1; re-list and apply the difference after a
+-- compaction), one scheduling coroutine per job, and claims: an instant runs
+-- only on the node whose transaction creates P runs/<job>/<instant>. Runs
+-- execute in worker processes (`baton worker`), so nothing a job does can
+-- stall the conductor's keepalives, watches and timers.
+--
+-- Keys written here, besides design.md section 9:
+--   P running/<job>/<instant>  lease-bound marker of a run in progress; its
+--                              create revision is the run's fence
+--   P active/<job>             lease-bound, while a run of a `forbid` job runs
+local baton = require "baton"
+local jobmod = require "baton.job"
+local util = require "baton.cli.util"
+local json = baton.json
+
+local format, floor = string.format, math.floor
+
+local M = {}
+
+local function log(level, msg, fields)
+  baton.log[level](msg, fields)
+end
+
+local function node_info(self)
+  return json.encode {
+    name = self.name, labels = self.labels, version = baton.version,
+    started = self.started, running = self.nrunning, pid = self.pid,
+  }
+end
+
+-- Registers P nodes/<name> on the session's lease; refuses a name that a
+-- live node already has.
+local function register(self)
+  local e, key = self.e, self.P .. "nodes/" .. self.name
+  local r, err, code = e:txn {
+    compare = { { key = key, target = "create", op = "==", value = 0 } },
+    success = { { put = { key = key, value = node_info(self), lease = self.s.lease } } },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then
+    return nil, "EEXIST: node name " .. self.name .. " is in use by a live node", "EEXIST"
+  end
+  return true
+end
+
+local function publish(self)
+  self.e:put(self.P .. "nodes/" .. self.name, node_info(self), { lease = self.s.lease })
+end
+
+---------------------------------------------------------------------------
+-- policies
+
+local function policy_for(self, spec)
+  local ok, p = pcall(require, "baton.policies." .. (spec.policy or "default"))
+  if ok and type(p) == "table" then return p end
+  return require "baton.policies.default"
+end
+
+local function live_nodes(self)
+  local list = {}
+  for _, n in pairs(self.nodes) do list[#list + 1] = n end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  return list
+end
+
+---------------------------------------------------------------------------
+-- runs
+
+local function record(t) return json.encode(t) end
+
+-- Runs one claimed instant in a worker process and records its end.
+local function execute(self, name, j, fire, fence, rec)
+  local P, e = self.P, self.e
+  local spec = j.spec
+  local instant = util.instant(fire)
+  local runkey = P .. "runs/" .. name .. "/" .. instant
+  local marker = P .. "running/" .. name .. "/" .. instant
+  local result = os.tmpname()
+  local cfg = baton.config or {}
+  local env = {
+    BATON_RUN = json.encode {
+      job = name, fire = fire, fence = fence, attempt = rec.attempt, node = self.name,
+      code_revision = spec.revision, deadline = rec.started + spec.timeout,
+      marker = marker, result = result,
+    },
+    BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = P, BATON_USER = cfg.user,
+    BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
+    BATON_KEY = cfg.key,
+  }
+  local fields = { job = name, instant = instant, node = self.name, attempt = rec.attempt }
+  self.nrunning = self.nrunning + 1
+  local p, err = baton.spawn { baton._exe, "worker", env = env }
+  local state, why = "failed", nil
+  if not p then
+    why = "cannot start a worker: " .. tostring(err)
+  else
+    self.workers[p] = true
+    local r = p:wait(spec.timeout)
+    if not r then
+      -- Cooperative cancel first (ctx:cancelled() turns true), then SIGKILL.
+      p:kill("SIGTERM")
+      r = p:wait(self.grace)
+      if not r then
+        p:kill("SIGKILL")
+        r = p:wait()
+      end
+      why = format("timed out after %g s", spec.timeout)
+    end
+    self.workers[p] = nil
+    local fh = io.open(result)
+    local out = fh and fh:read("*a")
+    if fh then fh:close() end
+    local res = out and out ~= "" and json.decode(out)
+    if not why then
+      if res and res.ok then state = "succeeded"
+      elseif res then why = res.error or "failed"
+      elseif r.signal then why = format("worker killed by signal %d", r.signal)
+      else why = format("worker exited with status %d", r.code) end
+    end
+  end
+  os.remove(result)
+  self.nrunning = self.nrunning - 1
+  rec.state, rec.finished, rec.error = state, baton.now(), why
+  rec.duration = rec.finished - rec.started
+  local done = e:txn {
+    compare = { { key = marker, target = "create", op = "==", value = fence } },
+    success = {
+      { put = { key = runkey, value = record(rec) } },
+      { delete = { key = marker } },
+      { delete = { key = P .. "active/" .. name } },
+    },
+  }
+  fields.state, fields.error, fields.duration = state, why, format("%.3f", rec.duration)
+  if done and done.succeeded then
+    log(state == "succeeded" and "info" or "warn", "run ended", fields)
+  else
+    fields.reason = "the claim was lost (lease expired or run taken over)"
+    log("error", "run result not recorded", fields)
+  end
+end
+
+-- Tries to claim one instant of a job; runs it if this node wins.
+local function claim(self, name, j, fire)
+  local P, e, spec = self.P, self.e, j.spec
+  local instant = util.instant(fire)
+  local runkey = P .. "runs/" .. name .. "/" .. instant
+  local marker = P .. "running/" .. name .. "/" .. instant
+  local active = P .. "active/" .. name
+  local now = baton.now()
+  local rec = { job = name, fire = fire, node = self.name, attempt = 1, state = "running",
+                started = now, code_revision = spec.revision }
+  local compare = { { key = runkey, target = "create", op = "==", value = 0 } }
+  local success = {
+    { put = { key = runkey, value = record(rec) } },
+    { put = { key = marker, value = self.name, lease = self.s.lease } },
+  }
+  local failure = {}
+  if spec.concurrency == "forbid" then
+    compare[2] = { key = active, target = "create", op = "==", value = 0 }
+    success[3] = { put = { key = active, value = instant, lease = self.s.lease } }
+    -- Claimed by nobody yet but another run is active: record the skip,
+    -- once, with the reason.
+    failure[1] = { txn = {
+      compare = { { key = runkey, target = "create", op = "==", value = 0 } },
+      success = { { put = { key = runkey, value = record {
+        job = name, fire = fire, node = self.name, attempt = 0, state = "skipped",
+        started = now, finished = now, code_revision = spec.revision,
+        error = "concurrency forbid: a previous run is still running" } } } },
+    } }
+  end
+  local r, err = e:txn { compare = compare, success = success, failure = failure }
+  local fields = { job = name, instant = instant, node = self.name }
+  if not r then
+    fields.error = err
+    log("warn", "claim failed", fields)
+    return
+  end
+  if not r.succeeded then
+    if failure[1] and r.responses[1] and r.responses[1].succeeded then
+      log("info", "instant skipped: previous run still running", fields)
+    end
+    return
+  end
+  rec.fence = r.revision
+  fields.fence, fields.revision = r.revision, spec.revision
+  log("info", "run claimed", fields)
+  execute(self, name, j, fire, r.revision, rec)
+end
+
+-- One instant came due on this node: wait the policy's delay, then claim.
+local function fire_instant(self, name, j, fire)
+  local spec = j.spec
+  local policy = policy_for(self, spec)
+  local me = self.nodes[self.name] or { name = self.name, labels = self.labels }
+  local ok, delay = pcall(policy.claim_delay, { name = name, labels = spec.labels,
+    policy = spec.policy }, fire, live_nodes(self), me)
+  if not ok or (delay ~= nil and type(delay) ~= "number") then
+    log("warn", "policy claim_delay failed; using the default", { job = name, error = tostring(delay) })
+    delay = require("baton.policies.default").claim_delay({ name = name, labels = spec.labels },
+      fire, live_nodes(self), me)
+  end
+  if delay == nil then return end
+  if delay > 0 then baton.sleep(delay) end
+  if self.stopping or self.jobs[name] ~= j or j.paused then return end
+  claim(self, name, j, fire)
+end
+
+-- The scheduling loop of one loaded version of a job: computes each next
+-- instant on absolute time and wakes at least every second, so a wall
+-- clock step is noticed. Ends when the job is replaced or removed.
+local function schedule(self, name, j)
+  local spec = j.spec
+  if spec.manual or spec.queue then return end
+  local after = baton.now()
+  while self.jobs[name] == j and not self.stopping do
+    local fire = spec.cron:next(after)
+    if not fire then return end
+    while true do
+      if self.jobs[name] ~= j or self.stopping then return end
+      local d = fire - baton.now()
+      if d <= 0 then break end
+      baton.sleep(d < 1 and d or 1)
+    end
+    after = fire
+    if not j.paused then baton.go(fire_instant, self, name, j, fire) end
+  end
+end
+
+---------------------------------------------------------------------------
+-- the job store
+
+local function put_status(self, name, rev, err)
+  self.e:put(self.P .. "status/" .. name .. "/" .. self.name,
+             json.encode { revision = rev, error = err or json.null, time = baton.now() })
+end
+
+local function apply_job(self, name, source, rev)
+  local cur = self.jobs[name]
+  if cur and cur.spec.revision == rev then return end
+  local spec, err = jobmod.load(source, name, rev)
+  if not spec then
+    if self.bad[name] ~= rev then
+      self.bad[name] = rev
+      log("error", "job rejected; keeping the last good version", {
+        job = name, revision = rev, error = err,
+        running = cur and cur.spec.revision or json.null })
+      put_status(self, name, rev, err)
+    end
+    return
+  end
+  self.bad[name] = nil
+  local j = { spec = spec, paused = self.paused[name] or false }
+  self.jobs[name] = j
+  log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
+    schedule = spec.schedule or ("queue:" .. tostring(spec.queue)) })
+  put_status(self, name, rev, nil)
+  baton.go(schedule, self, name, j)
+end
+
+local function remove_job(self, name)
+  if self.jobs[name] then log("info", "job removed", { job = name }) end
+  self.jobs[name] = nil
+  self.bad[name] = nil
+  self.e:delete(self.P .. "status/" .. name .. "/" .. self.name)
+end
+
+local function set_paused(self, name, paused)
+  self.paused[name] = paused or nil
+  local j = self.jobs[name]
+  if j and j.paused ~= paused then
+    j.paused = paused
+    log("info", paused and "job paused" or "job resumed", { job = name })
+  end
+end
+
+-- Lists jobs, paused flags and nodes at one revision and applies the
+-- difference with what is loaded. Returns the revision.
+local function list_all(self)
+  local P = self.P
+  local r, err, code = self.e:txn { success = {
+    { get = { key = P .. "jobs/", prefix = true } },
+    { get = { key = P .. "paused/", prefix = true, keys_only = true } },
+    { get = { key = P .. "nodes/", prefix = true } },
+  } }
+  if not r then return nil, err, code end
+  local seen, paused = {}, {}
+  for _, kv in ipairs(r.responses[2].kvs) do paused[kv.key:sub(#P + 8)] = true end
+  for name in pairs(self.paused) do if not paused[name] then set_paused(self, name, false) end end
+  for name in pairs(paused) do set_paused(self, name, true) end
+  for _, kv in ipairs(r.responses[1].kvs) do
+    local name = kv.key:sub(#P + 6)
+    seen[name] = true
+    apply_job(self, name, kv.value, kv.mod_revision)
+  end
+  for name in pairs(self.jobs) do if not seen[name] then remove_job(self, name) end end
+  self.nodes = {}
+  for _, kv in ipairs(r.responses[3].kvs) do
+    local ok, n = pcall(json.decode, kv.value)
+    if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
+  end
+  return r.revision
+end
+
+local function on_event(self, ev)
+  local P, key = self.P, ev.kv.key
+  if key:sub(1, #P + 5) == P .. "jobs/" then
+    local name = key:sub(#P + 6)
+    if ev.type == "put" then apply_job(self, name, ev.kv.value, ev.kv.mod_revision)
+    else remove_job(self, name) end
+  elseif key:sub(1, #P + 7) == P .. "paused/" then
+    set_paused(self, key:sub(#P + 8), ev.type == "put")
+  elseif key:sub(1, #P + 6) == P .. "nodes/" then
+    local name = key:sub(#P + 7)
+    if ev.type == "put" then
+      local ok, n = pcall(json.decode, ev.kv.value)
+      if ok and type(n) == "table" then self.nodes[name] = n end
+    else
+      self.nodes[name] = nil
+    end
+  end
+end
+
+-- Follows jobs/, paused/ and nodes/ through one watch on each, merged by
+-- revision; after a compaction, lists again and applies the difference.
+local function follow(self)
+  local P, e = self.P, self.e
+  while not self.stopping do
+    local rev, err = list_all(self)
+    if not rev then
+      log("warn", "listing the job store failed; retrying", { error = err })
+      baton.sleep(1)
+    else
+      local watchers = {}
+      local compacted = false
+      for _, sub in ipairs { "jobs/", "paused/", "nodes/" } do
+        local w, werr = e:watch(P .. sub, { prefix = true, start_revision = rev + 1 })
+        if not w then
+          log("warn", "watch failed; listing again", { prefix = P .. sub, error = werr })
+          compacted = true
+          break
+        end
+        watchers[#watchers + 1] = w
+      end
+      self.watchers = watchers
+      local pending = #watchers
+      for _, w in ipairs(watchers) do
+        baton.go(function()
+          while not self.stopping and not compacted do
+            local evs, _, code = w:next()
+            if not evs then
+              if code == "ECOMPACTED" then
+                log("warn", "watch compacted; listing the store again", {})
+              end
+              compacted = true
+              break
+            end
+            for _, ev in ipairs(evs) do on_event(self, ev) end
+          end
+          pending = pending - 1
+        end)
+      end
+      while pending > 0 and not compacted and not self.stopping do baton.sleep(0.2) end
+      for _, w in ipairs(watchers) do w:cancel() end
+      while pending > 0 do baton.sleep(0.05) end
+    end
+  end
+end
+
+---------------------------------------------------------------------------
+-- the node
+
+local function stop_workers(self, sig)
+  for p in pairs(self.workers) do p:kill(sig) end
+end
+
+function M.run(opts)
+  local self = {
+    name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
+    P = util.prefix(), e = baton.etcd, started = baton.now(),
+    jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0,
+    grace = opts.grace or 5, pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
+  }
+  local s, err = baton.session { ttl = self.ttl }
+  if not s then return nil, "node " .. self.name .. ": " .. err end
+  self.s = s
+  local ok, rerr = register(self)
+  if not ok then s:close(); return nil, rerr end
+  self.nodes[self.name] = { name = self.name, labels = self.labels }
+  log("info", "node started", { node = self.name, lease = s.lease, ttl = self.ttl,
+                                prefix = self.P })
+
+  -- Self-fencing: when the lease is lost, no run of this node may go on.
+  baton.go(function()
+    local why = s:wait()
+    if self.stopping then return end
+    self.stopping = true
+    stop_workers(self, "SIGKILL")
+    log("error", "session lost; runs stopped", { node = self.name, reason = why })
+    baton.exit(1)
+  end)
+
+  -- The cluster election: the leader does the housekeeping that needs one
+  -- decider (coming: orphaned runs, history pruning, misfire accounting).
+  baton.go(function()
+    local el = baton.election(s, self.P .. "election")
+    if el:campaign(self.name) then
+      self.leader = true
+      log("info", "elected cluster leader", { node = self.name })
+    end
+  end)
+
+  -- Keep the published node info (running runs) fresh.
+  baton.go(function()
+    local last
+    while not self.stopping do
+      baton.sleep(1)
+      if self.nrunning ~= last then last = self.nrunning; publish(self) end
+    end
+  end)
+
+  baton.go(follow, self)
+
+  local sig = baton.signal { "SIGINT", "SIGTERM", "SIGHUP" }
+  self.stopping = true
+  log("info", "stopping: waiting for runs to end", { node = self.name, signal = sig,
+                                                    running = self.nrunning })
+  local deadline = baton.monotime() + self.grace * 2
+  stop_workers(self, "SIGTERM")
+  while self.nrunning > 0 and baton.monotime() < deadline do baton.sleep(0.1) end
+  stop_workers(self, "SIGKILL")
+  s:close()
+  log("info", "node stopped", { node = self.name })
+  return true
+end
+
+return M
