@@ -8,13 +8,15 @@
 -- execute in worker processes (`baton worker`), so nothing a job does can
 -- stall the conductor's keepalives, watches and timers.
 --
--- Keys written here, besides design.md section 9:
---   P running/<job>/<instant>  lease-bound marker of a run in progress; its
---                              create revision is the run's fence
---   P active/<job>             lease-bound, while a run of a `forbid` job runs
+-- Runs, attempts and their keys: lua/baton/node/runs.lua. Housekeeping by
+-- the elected leader (orphaned runs, misfires, history): node/leader.lua.
+-- Queue jobs: node/queue.lua.
 local baton = require "baton"
 local jobmod = require "baton.job"
 local util = require "baton.cli.util"
+local runs = require "baton.node.runs"
+local leader = require "baton.node.leader"
+local queue = require "baton.node.queue"
 local json = baton.json
 
 local format, floor = string.format, math.floor
@@ -68,145 +70,71 @@ local function live_nodes(self)
 end
 
 ---------------------------------------------------------------------------
--- runs
+-- instants and manual runs
 
-local function record(t) return json.encode(t) end
-
--- Runs one claimed instant in a worker process and records its end.
-local function execute(self, name, j, fire, fence, rec)
-  local P, e = self.P, self.e
-  local spec = j.spec
-  local instant = util.instant(fire)
-  local runkey = P .. "runs/" .. name .. "/" .. instant
-  local marker = P .. "running/" .. name .. "/" .. instant
-  local result = os.tmpname()
-  local cfg = baton.config or {}
-  local env = {
-    BATON_RUN = json.encode {
-      job = name, fire = fire, fence = fence, attempt = rec.attempt, node = self.name,
-      code_revision = spec.revision, deadline = rec.started + spec.timeout,
-      marker = marker, result = result,
-    },
-    BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = P, BATON_USER = cfg.user,
-    BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
-    BATON_KEY = cfg.key,
-  }
-  local fields = { job = name, instant = instant, node = self.name, attempt = rec.attempt }
-  self.nrunning = self.nrunning + 1
-  local p, err = baton.spawn { baton._exe, "worker", env = env }
-  local state, why = "failed", nil
-  if not p then
-    why = "cannot start a worker: " .. tostring(err)
-  else
-    self.workers[p] = true
-    local r = p:wait(spec.timeout)
-    if not r then
-      -- Cooperative cancel first (ctx:cancelled() turns true), then SIGKILL.
-      p:kill("SIGTERM")
-      r = p:wait(self.grace)
-      if not r then
-        p:kill("SIGKILL")
-        r = p:wait()
-      end
-      why = format("timed out after %g s", spec.timeout)
-    end
-    self.workers[p] = nil
-    local fh = io.open(result)
-    local out = fh and fh:read("*a")
-    if fh then fh:close() end
-    local res = out and out ~= "" and json.decode(out)
-    if not why then
-      if res and res.ok then state = "succeeded"
-      elseif res then why = res.error or "failed"
-      elseif r.signal then why = format("worker killed by signal %d", r.signal)
-      else why = format("worker exited with status %d", r.code) end
-    end
-  end
-  os.remove(result)
-  self.nrunning = self.nrunning - 1
-  rec.state, rec.finished, rec.error = state, baton.now(), why
-  rec.duration = rec.finished - rec.started
-  local done = e:txn {
-    compare = { { key = marker, target = "create", op = "==", value = fence } },
-    success = {
-      { put = { key = runkey, value = record(rec) } },
-      { delete = { key = marker } },
-      { delete = { key = P .. "active/" .. name } },
-    },
-  }
-  fields.state, fields.error, fields.duration = state, why, format("%.3f", rec.duration)
-  if done and done.succeeded then
-    log(state == "succeeded" and "info" or "warn", "run ended", fields)
-  else
-    fields.reason = "the claim was lost (lease expired or run taken over)"
-    log("error", "run result not recorded", fields)
-  end
+-- The plain data a policy gets for a job.
+local function job_view(name, spec)
+  return { name = name, labels = spec.labels, policy = spec.policy, schedule = spec.schedule,
+           queue = spec.queue, timezone = spec.timezone, timeout = spec.timeout,
+           concurrency = spec.concurrency, retry = spec.retry, shards = spec.shards,
+           on_node_loss = spec.on_node_loss }
 end
 
--- Tries to claim one instant of a job; runs it if this node wins.
-local function claim(self, name, j, fire)
-  local P, e, spec = self.P, self.e, j.spec
-  local instant = util.instant(fire)
-  local runkey = P .. "runs/" .. name .. "/" .. instant
-  local marker = P .. "running/" .. name .. "/" .. instant
-  local active = P .. "active/" .. name
-  local now = baton.now()
-  local rec = { job = name, fire = fire, node = self.name, attempt = 1, state = "running",
-                started = now, code_revision = spec.revision }
-  local compare = { { key = runkey, target = "create", op = "==", value = 0 } }
-  local success = {
-    { put = { key = runkey, value = record(rec) } },
-    { put = { key = marker, value = self.name, lease = self.s.lease } },
-  }
-  local failure = {}
-  if spec.concurrency == "forbid" then
-    compare[2] = { key = active, target = "create", op = "==", value = 0 }
-    success[3] = { put = { key = active, value = instant, lease = self.s.lease } }
-    -- Claimed by nobody yet but another run is active: record the skip,
-    -- once, with the reason.
-    failure[1] = { txn = {
-      compare = { { key = runkey, target = "create", op = "==", value = 0 } },
-      success = { { put = { key = runkey, value = record {
-        job = name, fire = fire, node = self.name, attempt = 0, state = "skipped",
-        started = now, finished = now, code_revision = spec.revision,
-        error = "concurrency forbid: a previous run is still running" } } } },
-    } }
+-- Seconds this node waits before trying to claim key (nil: never), from
+-- the job's policy; a policy that fails falls back to the default.
+local function claim_delay(self, name, spec, key)
+  local policy = policy_for(self, spec)
+  local me = self.nodes[self.name] or { name = self.name, labels = self.labels }
+  local ok, delay = pcall(policy.claim_delay, job_view(name, spec), key, live_nodes(self), me)
+  if not ok or (delay ~= nil and type(delay) ~= "number") then
+    log("warn", "policy claim_delay failed; using the default", { job = name, error = tostring(delay) })
+    delay = require("baton.policies.default").claim_delay(job_view(name, spec), key,
+      live_nodes(self), me)
   end
-  local r, err = e:txn { compare = compare, success = success, failure = failure }
-  local fields = { job = name, instant = instant, node = self.name }
-  if not r then
-    fields.error = err
-    log("warn", "claim failed", fields)
-    return
-  end
-  if not r.succeeded then
-    if failure[1] and r.responses[1] and r.responses[1].succeeded then
-      log("info", "instant skipped: previous run still running", fields)
-    end
-    return
-  end
-  rec.fence = r.revision
-  fields.fence, fields.revision = r.revision, spec.revision
-  log("info", "run claimed", fields)
-  execute(self, name, j, fire, r.revision, rec)
+  return delay
 end
 
 -- One instant came due on this node: wait the policy's delay, then claim.
 local function fire_instant(self, name, j, fire)
   local spec = j.spec
-  local policy = policy_for(self, spec)
-  local me = self.nodes[self.name] or { name = self.name, labels = self.labels }
-  local ok, delay = pcall(policy.claim_delay, { name = name, labels = spec.labels,
-    policy = spec.policy }, fire, live_nodes(self), me)
-  if not ok or (delay ~= nil and type(delay) ~= "number") then
-    log("warn", "policy claim_delay failed; using the default", { job = name, error = tostring(delay) })
-    delay = require("baton.policies.default").claim_delay({ name = name, labels = spec.labels },
-      fire, live_nodes(self), me)
-  end
+  local delay = claim_delay(self, name, spec, fire)
   if delay == nil then return end
   if delay > 0 then baton.sleep(delay) end
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
-  claim(self, name, j, fire)
+  local run = { job = name, id = util.instant(fire), fire = fire, spec = spec }
+  if spec.concurrency == "replace" then
+    local rk = runs.keys(self.P, name, run.id).run
+    local exists = self.e:get(rk, { count_only = true })
+    if exists and exists.count > 0 then return end
+    runs.replace_active(self, run)
+  end
+  local fence, rec = runs.claim(self, run)
+  if fence then runs.execute(self, run, fence, rec) end
+end
+
+-- A manual run was requested (P trigger/<job>/<id>, see baton job run).
+local function on_trigger(self, key, value)
+  local P = self.P
+  local name = key:sub(#P + 9):match("^([^/]+)/")
+  local j = name and self.jobs[name]
+  if not j then return end
+  local ok, req = pcall(json.decode, value)
+  if not ok or type(req) ~= "table" then req = {} end
+  local at = tonumber(req.at) or baton.now()
+  local delay = claim_delay(self, name, j.spec, key)
+  if delay == nil then return end
+  if delay > 0 then baton.sleep(delay) end
+  if self.stopping then return end
+  local ms = math.floor(at * 1000) % 1000
+  local run = { job = name, id = util.instant(at):sub(1, -2) .. string.format(".%03dZ", ms),
+                fire = at, spec = j.spec, manual = true }
+  local fence, rec = runs.claim(self, run, {
+    force = req.force == true,
+    extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
+    extra_success = { { delete = { key = key } } },
+    skip_ops = { { delete = { key = key } } },
+  })
+  if fence then runs.execute(self, run, fence, rec) end
 end
 
 -- The scheduling loop of one loaded version of a job: computes each next
@@ -258,7 +186,12 @@ local function apply_job(self, name, source, rev)
   log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
     schedule = spec.schedule or ("queue:" .. tostring(spec.queue)) })
   put_status(self, name, rev, nil)
-  baton.go(schedule, self, name, j)
+  if spec.queue then
+    queue.follow(self, spec.queue)
+  else
+    baton.go(schedule, self, name, j)
+    if self.leader and not cur then baton.go(leader.misfires, self, name, j) end
+  end
 end
 
 local function remove_job(self, name)
@@ -285,6 +218,7 @@ local function list_all(self)
     { get = { key = P .. "jobs/", prefix = true } },
     { get = { key = P .. "paused/", prefix = true, keys_only = true } },
     { get = { key = P .. "nodes/", prefix = true } },
+    { get = { key = P .. "trigger/", prefix = true } },
   } }
   if not r then return nil, err, code end
   local seen, paused = {}, {}
@@ -302,6 +236,7 @@ local function list_all(self)
     local ok, n = pcall(json.decode, kv.value)
     if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
   end
+  for _, kv in ipairs(r.responses[4].kvs) do baton.go(on_trigger, self, kv.key, kv.value) end
   return r.revision
 end
 
@@ -313,6 +248,13 @@ local function on_event(self, ev)
     else remove_job(self, name) end
   elseif key:sub(1, #P + 7) == P .. "paused/" then
     set_paused(self, key:sub(#P + 8), ev.type == "put")
+  elseif key:sub(1, #P + 8) == P .. "trigger/" then
+    if ev.type == "put" then baton.go(on_trigger, self, key, ev.kv.value) end
+  elseif key:sub(1, #P + 7) == P .. "cancel/" then
+    if ev.type == "put" then
+      local job, id = key:sub(#P + 8):match("^([^/]+)/(.+)$")
+      if job then runs.cancel_local(self, job, id, ev.kv.value) end
+    end
   elseif key:sub(1, #P + 6) == P .. "nodes/" then
     local name = key:sub(#P + 7)
     if ev.type == "put" then
@@ -336,7 +278,7 @@ local function follow(self)
     else
       local watchers = {}
       local compacted = false
-      for _, sub in ipairs { "jobs/", "paused/", "nodes/" } do
+      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/" } do
         local w, werr = e:watch(P .. sub, { prefix = true, start_revision = rev + 1 })
         if not w then
           log("warn", "watch failed; listing again", { prefix = P .. sub, error = werr })
@@ -377,39 +319,62 @@ local function stop_workers(self, sig)
   for p in pairs(self.workers) do p:kill(sig) end
 end
 
+-- Starts a session, registers the node on it and campaigns.
+local function join(self)
+  local s, err, code = baton.session { ttl = self.ttl }
+  if not s then return nil, err, code end
+  self.s = s
+  local ok, rerr, rcode = register(self)
+  if not ok then s:close(); return nil, rerr, rcode end
+  -- The cluster election: the leader does the housekeeping that needs one
+  -- decider (node/leader.lua) until its session ends.
+  baton.go(function()
+    local el = baton.election(s, self.P .. "election")
+    if el:campaign(self.name) and self.s == s and not self.stopping then
+      self.leader = true
+      log("info", "elected cluster leader", { node = self.name })
+      leader.run(self)
+    end
+  end)
+  return true
+end
+
 function M.run(opts)
   local self = {
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
-    jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0,
-    grace = opts.grace or 5, pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
+    jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0, queues = {},
+    grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or 4,
+    pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
-  local s, err = baton.session { ttl = self.ttl }
-  if not s then return nil, "node " .. self.name .. ": " .. err end
-  self.s = s
-  local ok, rerr = register(self)
-  if not ok then s:close(); return nil, rerr end
+  self.policy_for = function(spec) return policy_for(self, spec) end
+  self.job_view = job_view
+  self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
+  local ok, err = join(self)
+  if not ok then return nil, "node " .. self.name .. ": " .. err end
   self.nodes[self.name] = { name = self.name, labels = self.labels }
-  log("info", "node started", { node = self.name, lease = s.lease, ttl = self.ttl,
+  log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P })
 
-  -- Self-fencing: when the lease is lost, no run of this node may go on.
+  -- Self-fencing: the C keeper declares the lease lost before it can have
+  -- expired on the server; every run of this node stops at once. Then the
+  -- node joins again with a new session.
   baton.go(function()
-    local why = s:wait()
-    if self.stopping then return end
-    self.stopping = true
-    stop_workers(self, "SIGKILL")
-    log("error", "session lost; runs stopped", { node = self.name, reason = why })
-    baton.exit(1)
-  end)
-
-  -- The cluster election: the leader does the housekeeping that needs one
-  -- decider (coming: orphaned runs, history pruning, misfire accounting).
-  baton.go(function()
-    local el = baton.election(s, self.P .. "election")
-    if el:campaign(self.name) then
-      self.leader = true
-      log("info", "elected cluster leader", { node = self.name })
+    while not self.stopping do
+      local why = self.s:wait()
+      if self.stopping then return end
+      self.leader = false
+      stop_workers(self, "SIGKILL")
+      log("error", "session lost; runs stopped", { node = self.name, reason = why })
+      while not self.stopping do
+        local jok, jerr = join(self)
+        if jok then
+          log("info", "node rejoined", { node = self.name, lease = self.s.lease })
+          break
+        end
+        log("warn", "rejoin failed; retrying", { node = self.name, error = jerr })
+        baton.sleep(1)
+      end
     end
   end)
 
@@ -426,13 +391,14 @@ function M.run(opts)
 
   local sig = baton.signal { "SIGINT", "SIGTERM", "SIGHUP" }
   self.stopping = true
+  self.leader = false
   log("info", "stopping: waiting for runs to end", { node = self.name, signal = sig,
                                                     running = self.nrunning })
   local deadline = baton.monotime() + self.grace * 2
   stop_workers(self, "SIGTERM")
   while self.nrunning > 0 and baton.monotime() < deadline do baton.sleep(0.1) end
   stop_workers(self, "SIGKILL")
-  s:close()
+  self.s:close()
   log("info", "node stopped", { node = self.name })
   return true
 end

@@ -1,6 +1,7 @@
 -- baton worker: runs one claimed job run for `baton node` (not for direct
 -- use). The node passes the run in BATON_RUN (JSON: job, fire, fence,
--- attempt, node, code_revision, deadline, marker, result); the worker loads
+-- attempt, node, code_revision, deadline, marker, result, id, task); the
+-- worker loads
 -- the job's source at the revision the node loaded, calls run(ctx), and
 -- writes {ok=, error=} to the result file. Being a process of its own, a
 -- job that loops, blocks or crashes costs this worker only.
@@ -40,7 +41,7 @@ return function()
     baton.signal { "SIGTERM", "SIGINT" }
     cancelled = true
   end)
-  local fields = { job = run.job, instant = util.instant(run.fire), node = run.node,
+  local fields = { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
                    attempt = run.attempt }
   local function logger(level)
     return function(msg, extra)
@@ -53,6 +54,7 @@ return function()
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence,
+    task = type(run.task) == "table" and run.task or nil,
     log = { info = logger("info"), warn = logger("warn"), error = logger("error"),
             debug = logger("debug") },
   }

@@ -1,0 +1,192 @@
+-- Housekeeping done by the elected leader of the cluster only:
+--   * orphaned runs: an inflight/ entry without its lease-bound running/
+--     marker belongs to a node that is gone. The job's policy (on_orphan) or
+--     on_node_loss decides: rerun it here as the next attempt, or record it
+--     abandoned. A run waiting for a retry whose node is gone is retried here.
+--   * misfires: instants of a job that no node started (the cluster was
+--     down) follow the job's misfire policy and starting_deadline; every
+--     instant not run is recorded as skipped with the reason.
+--   * history: keeps the newest `history` run records per job.
+local baton = require "baton"
+local runs = require "baton.node.runs"
+local util = require "baton.cli.util"
+local json = baton.json
+
+local format = string.format
+
+local M = {}
+
+local function log(level, msg, fields) baton.log[level](msg, fields) end
+
+-- Handles one inflight entry if its node is gone.
+local function check_inflight(self, job, id)
+  local P, e = self.P, self.e
+  local k = runs.keys(P, job, id)
+  local r = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } },
+                                { get = { key = k.inflight } } } }
+  if not r then return end
+  if r.responses[1].count > 0 or r.responses[3].count == 0 then return end
+  local kv = r.responses[2].kvs[1]
+  local ok, rec = pcall(json.decode, kv and kv.value or "")
+  if not kv or not ok or type(rec) ~= "table" then
+    e:delete(k.inflight)
+    return
+  end
+  local j = self.jobs[job]
+  if not j then return end -- the job is gone or not loaded here
+  local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual }
+  if rec.task then
+    local t = e:get(rec.task)
+    if t and t.kvs[1] then run.task = { key = rec.task, value = t.kvs[1].value } end
+  end
+  local fields = { job = job, instant = id, node = self.name, lost_node = rec.node,
+                   attempt = rec.attempt }
+  if rec.state == "retrying" then
+    if (rec.retry_at or 0) > baton.now() - self.grace then return end
+    log("warn", "retrying a run whose node is gone", fields)
+  elseif rec.state == "running" then
+    local decision = j.spec.on_node_loss or "rerun"
+    local policy = self.policy_for(j.spec)
+    if policy.on_orphan then
+      local pok, d = pcall(policy.on_orphan, self.job_view(job, j.spec), rec)
+      if pok and (d == "rerun" or d == "abandon") then decision = d
+      else log("warn", "policy on_orphan failed; using on_node_loss", { job = job, error = tostring(d) }) end
+    end
+    fields.decision = decision
+    if decision == "abandon" then
+      rec.attempts = rec.attempts or {}
+      rec.attempts[#rec.attempts + 1] = { attempt = rec.attempt, node = rec.node, state = "abandoned",
+        started = rec.started, finished = baton.now(), error = "node " .. tostring(rec.node) .. " was lost" }
+      rec.state, rec.finished = "abandoned", baton.now()
+      rec.error = "node " .. tostring(rec.node) .. " was lost"
+      local ops = { { put = { key = k.run, value = json.encode(rec) } }, { delete = { key = k.inflight } } }
+      if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
+      local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
+                                    { key = k.marker, target = "create", op = "==", value = 0 } },
+                        success = ops }
+      if w and w.succeeded then log("warn", "run abandoned: its node was lost", fields) end
+      return
+    end
+    log("warn", "re-running a run whose node was lost", fields)
+    rec.attempts = rec.attempts or {}
+    rec.attempts[#rec.attempts + 1] = { attempt = rec.attempt, node = rec.node, state = "lost",
+      started = rec.started, finished = baton.now(), error = "node " .. tostring(rec.node) .. " was lost" }
+  else
+    e:delete(k.inflight) -- finished records carry no inflight entry
+    return
+  end
+  local fence, nrec = runs.claim_next(self, run, rec, kv.mod_revision)
+  if fence then baton.go(runs.execute, self, run, fence, nrec) end
+end
+
+local function scan_inflight(self)
+  local P = self.P
+  local r = self.e:get(P .. "inflight/", { prefix = true, keys_only = true })
+  if not r then return end
+  for _, kv in ipairs(r.kvs) do
+    local job, id = kv.key:sub(#P + 10):match("^([^/]+)/(.+)$")
+    if job then check_inflight(self, job, id) end
+  end
+end
+
+-- Records instants of job that nobody started, per its misfire policy.
+function M.misfires(self, name, j)
+  local spec, P, e = j.spec, self.P, self.e
+  if spec.manual or spec.queue or j.paused then return end
+  local last = e:get(P .. "runs/" .. name .. "/", { prefix = true, sort = "key", order = "desc",
+                                                     limit = 1 })
+  if not last or not last.kvs[1] then return end -- never ran: nothing was missed
+  local ok, lrec = pcall(json.decode, last.kvs[1].value)
+  if not ok or type(lrec) ~= "table" or type(lrec.fire) ~= "number" or lrec.manual then return end
+  local lastfire = lrec.fire
+  local now = baton.now()
+  local horizon = now - self.grace * 4 - 2 -- instants this recent are still being claimed
+  local missed, t = {}, lastfire
+  while #missed < 1000 do
+    t = spec.cron:next(t)
+    if not t or t > horizon then break end
+    missed[#missed + 1] = t
+  end
+  if #missed == 0 then return end
+  local runnable = {}
+  for _, f in ipairs(missed) do
+    if not spec.starting_deadline or now - f <= spec.starting_deadline then runnable[#runnable + 1] = f end
+  end
+  local to_run = {}
+  if spec.misfire == "run_all" then to_run = runnable
+  elseif spec.misfire == "run_once" and #runnable > 0 then to_run = { runnable[#runnable] } end
+  local run_set = {}
+  for _, f in ipairs(to_run) do run_set[f] = true end
+  local skipped = 0
+  for _, f in ipairs(missed) do
+    if not run_set[f] then
+      local why = (spec.starting_deadline and now - f > spec.starting_deadline)
+        and format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
+        or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
+      local key = P .. "runs/" .. name .. "/" .. util.instant(f)
+      local r = e:txn { compare = { { key = key, target = "create", op = "==", value = 0 } },
+        success = { { put = { key = key, value = json.encode {
+          job = name, fire = f, node = self.name, attempt = 0, state = "skipped", started = now,
+          finished = now, error = why, code_revision = spec.revision } } } } }
+      if r and r.succeeded then skipped = skipped + 1 end
+    end
+  end
+  log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
+                                     skipped = skipped, run = #to_run, misfire = spec.misfire })
+  baton.go(function()
+    for _, f in ipairs(to_run) do
+      local run = { job = name, id = util.instant(f), fire = f, spec = spec }
+      local fence, rec = runs.claim(self, run)
+      if fence then runs.execute(self, run, fence, rec) end
+    end
+  end)
+end
+
+local function prune(self)
+  local P, e, keep = self.P, self.e, self.history
+  for name in pairs(self.jobs) do
+    local r = e:get(P .. "runs/" .. name .. "/", { prefix = true, keys_only = true, sort = "key" })
+    if r and r.count > keep then
+      local n = r.count - keep
+      local ops = {}
+      for i = 1, n do
+        local key = r.kvs[i].key
+        local id = key:sub(#P + 7 + #name)
+        ops[#ops + 1] = { txn = {
+          compare = { { key = P .. "inflight/" .. name .. "/" .. id, target = "create", op = "==", value = 0 } },
+          success = { { delete = { key = key } } } } }
+        if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
+      end
+    end
+  end
+end
+
+-- Runs while this node leads (until stopping).
+function M.run(self)
+  local P, e = self.P, self.e
+  for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
+  scan_inflight(self)
+  -- Markers disappear when their node's lease expires: check at once.
+  local w = e:watch(P .. "running/", { prefix = true, no_put = true })
+  if w then
+    baton.go(function()
+      while self.leader and not self.stopping do
+        local evs = w:next(1)
+        for _, ev in ipairs(evs or {}) do
+          local job, id = ev.kv.key:sub(#P + 9):match("^([^/]+)/(.+)$")
+          if job then check_inflight(self, job, id) end
+        end
+      end
+      w:cancel()
+    end)
+  end
+  local n = 0
+  while self.leader and not self.stopping do
+    baton.sleep(1)
+    n = n + 1
+    scan_inflight(self)
+    if n % 60 == 0 then prune(self) end
+  end
+end
+
+return M
