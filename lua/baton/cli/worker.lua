@@ -10,13 +10,30 @@ local jobmod = require "baton.job"
 local util = require "baton.cli.util"
 local json = baton.json
 
-local function finish(path, ok, err)
+local function finish(path, ok, err, recorded)
   local f = io.open(path, "w")
   if f then
-    f:write(json.encode { ok = ok, error = err and tostring(err) or json.null })
+    f:write(json.encode { ok = ok, error = err and tostring(err) or json.null,
+                          recorded = recorded or false })
     f:close()
   end
   baton.exit(ok and 0 or 1)
+end
+
+-- Records a success right here, guarded by the run's fence, so that a run
+-- that completed is recorded even if the node froze after it.
+local function record_success(run, started)
+  local runs = require "baton.node.runs"
+  local P = util.prefix()
+  local k = runs.keys(P, run.job, run.id)
+  local r = baton.etcd:get(k.run)
+  local ok, rec = pcall(json.decode, r and r.kvs[1] and r.kvs[1].value or "")
+  if not ok or type(rec) ~= "table" or rec.attempt ~= run.attempt then return false end
+  rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now(), nil, run.fence
+  rec.duration = rec.finished - (rec.started or started)
+  local task = run.task ~= json.null and type(run.task) == "table" and run.task or nil
+  return runs.record_end(baton.etcd, P, { job = run.job, id = run.id, task = task },
+                         run.fence, rec) ~= nil
 end
 
 return function()
@@ -54,7 +71,7 @@ return function()
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence,
-    task = type(run.task) == "table" and run.task or nil,
+    task = run.task ~= json.null and type(run.task) == "table" and run.task or nil,
     log = { info = logger("info"), warn = logger("warn"), error = logger("error"),
             debug = logger("debug") },
   }
@@ -75,7 +92,9 @@ return function()
     end
     return true
   end
+  local started = baton.now()
   local ok, rerr = pcall(spec.run, ctx)
   if ok and cancelled then return finish(run.result, false, "cancelled") end
-  finish(run.result, ok, not ok and rerr or nil)
+  if ok then return finish(run.result, true, nil, record_success(run, started)) end
+  finish(run.result, false, rerr)
 end

@@ -90,22 +90,48 @@ local function scan_inflight(self)
 end
 
 -- Records instants of job that nobody started, per its misfire policy.
+-- The leader checks every job every few seconds, from where it last
+-- checked (or the newest run record) up to a few seconds ago, so an instant
+-- with no record is never missed silently.
 function M.misfires(self, name, j)
   local spec, P, e = j.spec, self.P, self.e
   if spec.manual or spec.queue or j.paused then return end
-  local last = e:get(P .. "runs/" .. name .. "/", { prefix = true, sort = "key", order = "desc",
-                                                     limit = 1 })
-  if not last or not last.kvs[1] then return end -- never ran: nothing was missed
-  local ok, lrec = pcall(json.decode, last.kvs[1].value)
-  if not ok or type(lrec) ~= "table" or type(lrec.fire) ~= "number" or lrec.manual then return end
-  local lastfire = lrec.fire
+  self.marks = self.marks or {}
   local now = baton.now()
-  local horizon = now - self.grace * 4 - 2 -- instants this recent are still being claimed
-  local missed, t = {}, lastfire
-  while #missed < 1000 do
+  -- Instants this recent may still be being claimed (policy delays are a
+  -- fraction of a second per node); older ones without a record were missed.
+  local nodes = 0
+  for _ in pairs(self.nodes) do nodes = nodes + 1 end
+  local horizon = now - 2 - 0.5 * nodes
+  local from = self.marks[name]
+  if not from then
+    local last = e:get(P .. "runs/" .. name .. "/", { prefix = true, sort = "key", order = "desc",
+                                                       limit = 1 })
+    if not last then return end
+    local ok, lrec = pcall(json.decode, last.kvs[1] and last.kvs[1].value or "")
+    if not ok or type(lrec) ~= "table" or type(lrec.fire) ~= "number" then
+      self.marks[name] = now -- never ran: nothing before now was due
+      return
+    end
+    from = lrec.fire
+  end
+  if horizon <= from then return end
+  local cand, t = {}, from
+  while #cand < 1000 do
     t = spec.cron:next(t)
     if not t or t > horizon then break end
-    missed[#missed + 1] = t
+    cand[#cand + 1] = t
+  end
+  self.marks[name] = cand[#cand] or horizon
+  if #cand == 0 then return end
+  local have = {}
+  local r = e:get(P .. "runs/" .. name .. "/" .. util.instant(cand[1]), {
+    range_end = P .. "runs/" .. name .. "/" .. util.instant(cand[#cand]) .. "\255", keys_only = true })
+  if not r then self.marks[name] = from; return end
+  for _, kv in ipairs(r.kvs) do have[kv.key:match("[^/]+$")] = true end
+  local missed = {}
+  for _, f in ipairs(cand) do
+    if not have[util.instant(f)] then missed[#missed + 1] = f end
   end
   if #missed == 0 then return end
   local runnable = {}
@@ -185,6 +211,9 @@ function M.run(self)
     baton.sleep(1)
     n = n + 1
     scan_inflight(self)
+    if n % 2 == 0 then
+      for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
+    end
     if n % 60 == 0 then prune(self) end
   end
 end

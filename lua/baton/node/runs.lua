@@ -158,8 +158,9 @@ end
 
 -- Writes the end of an attempt, guarded by its fence: final, or retrying.
 -- Returns the record's new mod revision, or nil if the claim was lost.
-local function record_end(self, run, fence, rec, retry_at)
-  local P, e = self.P, self.e
+-- The worker calls it too, to record a success itself: then a run that
+-- completed is recorded even if its node froze right after.
+function M.record_end(e, P, run, fence, rec, retry_at)
   local k = M.keys(P, run.job, run.id)
   local entry = { attempt = rec.attempt, node = rec.node, state = rec.state, started = rec.started,
                   finished = rec.finished, error = rec.error, fence = fence }
@@ -209,7 +210,7 @@ function M.execute(self, run, fence, rec)
     }
     self.nrunning = self.nrunning + 1
     local p, err = baton.spawn { baton._exe, "worker", env = env }
-    local why
+    local why, recorded
     if not p then
       why = "cannot start a worker: " .. tostring(err)
     else
@@ -229,6 +230,7 @@ function M.execute(self, run, fence, rec)
       local out = fh and fh:read("*a")
       if fh then fh:close() end
       local res = out and out ~= "" and json.decode(out)
+      recorded = res and res.ok and res.recorded
       if run.cancelled_by then
         why = "replaced by run " .. run.cancelled_by
       elseif not why then
@@ -247,7 +249,9 @@ function M.execute(self, run, fence, rec)
     local delay = why and not run.cancelled_by and M.retry_delay(self, run, rec, why)
     local retry_at = delay and (baton.now() + delay)
     local state_for_log = rec.state
-    local rev = record_end(self, run, fence, rec, retry_at)
+    local rev
+    if recorded then rev = true
+    else rev = M.record_end(self.e, P, run, fence, rec, retry_at) end
     f.state, f.error, f.duration = state_for_log, why, format("%.3f", rec.duration)
     if not rev then
       f.reason = "the claim was lost (lease expired or run taken over)"
