@@ -3,7 +3,7 @@
 local baton = require "baton"
 local A = require "baton.cli.args"
 
-local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]"
+local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N]"
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -15,7 +15,7 @@ end
 return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
-    workers = "count", labels = "string" }, { ... })
+    workers = "count", labels = "string", history = "count" }, { ... })
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local name = opts.name or hostname()
   if not name:match("^[%w][%w_.-]*$") then
@@ -28,7 +28,7 @@ return function(...)
     labels[k] = v
   end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
-                                             workers = opts.workers }
+                                             workers = opts.workers, history = opts.history }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

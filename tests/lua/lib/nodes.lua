@@ -7,12 +7,14 @@ local eps = os.getenv("BATON_ENDPOINTS")
 local C = {}
 C.__index = C
 
-function M.new(tag)
+function M.new(tag, endpoints)
+  if endpoints then eps = endpoints end
   local P = "/test/" .. tag .. "/" .. tostring(baton.now()):gsub("%.", "") .. "/"
   local dir = os.tmpname()
   os.remove(dir)
   assert(baton.exec { "mkdir", "-p", dir })
-  return setmetatable({ P = P, dir = dir, e = baton.etcd, nodes = {} }, C)
+  local e = endpoints and baton.etcd.new { endpoints = endpoints } or baton.etcd
+  return setmetatable({ P = P, dir = dir, e = e, nodes = {} }, C)
 end
 
 function C:cli(...)

@@ -1,0 +1,88 @@
+-- Job code cannot take a node down: a job blocked in os.execute and one
+-- that crashes its process through FFI are stopped or contained, the
+-- node's lease never lapses and other jobs keep their instants. Then the
+-- etcd cluster under the nodes loses its leader while jobs run.
+local T = require "tap"
+local N = require "nodes"
+local H = require "etcdh"
+
+do
+  local c = N.new("nodecontain")
+  local e, P = c.e, c.P
+  for _, n in ipairs { "a", "b" } do c:start(n, 3) end
+  local r1 = c:put_job("blocked", [[
+return { schedule = "@manual", timeout = 1, run = function(ctx) os.execute("sleep 1000") end }]])
+  local r2 = c:put_job("crash", [[
+return { schedule = "@manual", timeout = 5,
+         run = function(ctx) local ffi = require "ffi"; return ffi.cast("int *", 0)[0] end }]])
+  local r3 = c:put_job("tick", [[
+return { schedule = "* * * * * *", run = function(ctx) end }]])
+  T.ok(c:loaded("blocked", r1) and c:loaded("crash", r2) and c:loaded("tick", r3), "jobs loaded")
+  c:cli("job", "run", "blocked")
+  c:cli("job", "run", "crash")
+  local b = N.wait(20, function()
+    local r = c:records("blocked")[1]
+    return r and r.state ~= "running" and r
+  end)
+  T.is(b and b.state, "failed", "a job blocked in os.execute fails at its timeout")
+  T.like(b and b.error or "", "timed out after 1 s", "with the reason")
+  local pg = assert(baton.exec { "ps", "-eo", "args" })
+  T.unlike(pg.stdout, "\nsleep 1000\n", "its child process was killed with it")
+  local cr = N.wait(20, function()
+    local r = c:records("crash")[1]
+    return r and r.state ~= "running" and r
+  end)
+  T.is(cr and cr.state, "failed", "a job that crashes its worker is recorded failed")
+  T.like(cr and cr.error or "", "signal 11", "killed by SIGSEGV")
+  T.is(assert(e:get(P .. "nodes/", { prefix = true })).count, 2, "both nodes alive")
+  local before = #c:records("tick")
+  baton.sleep(2.5)
+  T.ok(#c:records("tick") >= before + 2, "the other job kept its instants")
+  T.unlike(c:log("a") .. c:log("b"), "session lost", "no node lost its lease")
+  c:destroy()
+end
+
+-- A 3-member etcd cluster loses its leader while jobs run.
+do
+  local cl = H.cluster()
+  local c = N.new("nodeetcd", cl.url)
+  local e, P = c.e, c.P
+  for _, n in ipairs { "a", "b", "c" } do c:start(n, 5) end
+  local rev = c:put_job("tick", [[
+return { schedule = "* * * * * *", misfire = "run_all", concurrency = "allow", run = function(ctx) end }]])
+  T.ok(c:loaded("tick", rev, 15), "job loaded on a 3-member etcd")
+  baton.sleep(3)
+  local leader = cl:leader()
+  T.ok(leader, "etcd leader is member " .. tostring(leader))
+  assert(baton.exec { H.script, "member-kill", cl.dir, tostring(leader) })
+  local killed = baton.now()
+  baton.sleep(8)
+  c:cli("job", "pause", "tick")
+  baton.sleep(2)
+  local recs = c:records("tick")
+  local by, first, last = {}, math.huge, 0
+  for _, r in ipairs(recs) do
+    by[r.fire] = r
+    if r.fire < first then first = r.fire end
+    if r.fire > last then last = r.fire end
+  end
+  local missing, bad = 0, 0
+  for f = first, last do
+    if not by[f] then missing = missing + 1
+    elseif by[f].state ~= "succeeded" then bad = bad + 1 end
+  end
+  T.is(missing, 0, "no instant without a record across the etcd leader loss")
+  if not T.is(bad, 0, "every instant ran (misfire = run_all ran any that were late)") then
+    for f = first, last do
+      if by[f] and by[f].state ~= "succeeded" then
+        T.diag(("%d %s %s %s"):format(f, by[f].state, tostring(by[f].node), tostring(by[f].error)))
+      end
+    end
+  end
+  T.ok(last > killed + 3, "runs went on after the leader was killed")
+  T.is(assert(e:get(P .. "nodes/", { prefix = true })).count, 3, "all three nodes kept their leases")
+  c:destroy()
+  e:close()
+  cl:destroy()
+end
+T.done()
