@@ -133,14 +133,21 @@ function M.misfires(self, name, j)
   for _, f in ipairs(cand) do
     if not have[util.instant(f)] then missed[#missed + 1] = f end
   end
-  if #missed == 0 then return end
+  -- An outage seen over several checks is one misfire: run_once runs one
+  -- instant for all of it, not one per check.
+  self.outage = self.outage or {}
+  local continuing = self.outage[name]
+  if #missed == 0 then self.outage[name] = nil; return end
+  self.outage[name] = true
   local runnable = {}
   for _, f in ipairs(missed) do
     if not spec.starting_deadline or now - f <= spec.starting_deadline then runnable[#runnable + 1] = f end
   end
   local to_run = {}
   if spec.misfire == "run_all" then to_run = runnable
-  elseif spec.misfire == "run_once" and #runnable > 0 then to_run = { runnable[#runnable] } end
+  elseif spec.misfire == "run_once" and #runnable > 0 and not continuing then
+    to_run = { runnable[#runnable] }
+  end
   local run_set = {}
   for _, f in ipairs(to_run) do run_set[f] = true end
   local skipped = 0
