@@ -134,5 +134,32 @@ local nu = 0
 for _ in pairs(nodes_used) do nu = nu + 1 end
 T.ok(nu >= 2, "tasks spread over nodes (" .. nu .. ")")
 
+-- 6. A run that started on version 1 finishes on version 1 after a put of
+-- version 2, and its record names the revision it ran.
+local function versioned(v)
+  return ([[
+return { schedule = "@manual", timeout = 20,
+         run = function(ctx) baton.sleep(2); assert(ctx:put_fenced(%q .. ctx.attempt .. "-" .. %q, %q)) end }]])
+    :format(P .. "ver/", v, v)
+end
+local rv1 = c:put_job("ver", versioned("v1"))
+T.ok(c:loaded("ver", rv1), "version 1 loaded")
+c:cli("job", "run", "ver")
+local started = N.wait(10, function()
+  local r = c:records("ver")[1]
+  return r and r.state == "running" and r
+end)
+T.ok(started, "the run started on version 1")
+local rv2 = c:put_job("ver", versioned("v2"))
+T.ok(c:loaded("ver", rv2), "version 2 loaded while it runs")
+local done = N.wait(15, function()
+  local r = c:records("ver")[1]
+  return r and r.state == "succeeded" and r
+end)
+T.ok(done, "the run finished")
+T.is(done and done.code_revision, rv1, "its record names version 1's revision")
+local outs = assert(e:get(P .. "ver/", { prefix = true }))
+T.is(outs.kvs[1] and outs.kvs[1].value, "v1", "and it ran version 1's code")
+
 c:destroy()
 T.done()
