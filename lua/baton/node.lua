@@ -94,14 +94,68 @@ local function claim_delay(self, name, spec, key)
   return delay
 end
 
--- One instant came due on this node: wait the policy's delay, then claim.
-local function fire_instant(self, name, j, fire)
+local SHARD_GRACE = 1 -- seconds before a node takes a shard assigned to another
+
+-- {[i] = node name} for the shards of one instant, from the job's policy
+-- (assign_shards), checked, else rendezvous hashing of each shard.
+local function assign_shards(self, name, spec, fire)
+  local nodes = {}
+  for _, n in ipairs(live_nodes(self)) do
+    local ok = true
+    for k, v in pairs(spec.labels or {}) do
+      if not n.labels or n.labels[k] ~= v then ok = false end
+    end
+    if ok then nodes[#nodes + 1] = n end
+  end
+  if #nodes == 0 then return {} end
+  local policy = policy_for(self, spec)
+  if policy.assign_shards then
+    local ok, a = pcall(policy.assign_shards, job_view(name, spec), spec.shards, nodes)
+    local valid = ok and type(a) == "table"
+    if valid then
+      local names = {}
+      for _, n in ipairs(nodes) do names[n.name] = true end
+      for i = 1, spec.shards do if not names[a[i]] then valid = false end end
+    end
+    if valid then return a end
+    log("warn", "policy assign_shards failed; using the default", { job = name,
+      instant = util.instant(fire), error = ok and "wrong result" or tostring(a) })
+  end
+  -- Even spread, rotated by a hash of the instant so that the shard a node
+  -- gets changes from instant to instant.
+  local hash = require("baton.policies.default").hash
+  local off = hash(name .. "@" .. tostring(fire)) % #nodes
+  local a = {}
+  for i = 1, spec.shards do a[i] = nodes[(i + off) % #nodes + 1].name end
+  return a
+end
+
+-- Claims and runs one instant of a job on this node (immediate: no policy
+-- delay, used by the leader for misfires). A sharded job's instant is one
+-- run per shard: this node claims the shards the policy assigned to it at
+-- once, and the others after SHARD_GRACE if nobody did.
+local function run_instant(self, name, j, fire, immediate)
   local spec = j.spec
-  local delay = claim_delay(self, name, spec, fire)
-  if delay == nil then return end
-  if delay > 0 then baton.sleep(delay) end
-  if self.stopping or self.jobs[name] ~= j or j.paused then return end
-  local run = { job = name, id = util.instant(fire), fire = fire, spec = spec }
+  local instant = util.instant(fire)
+  if (spec.shards or 1) > 1 then
+    local a = assign_shards(self, name, spec, fire)
+    for i = 1, spec.shards do
+      baton.go(function()
+        local run = { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
+                      shard = { index = i, total = spec.shards,
+                                param = spec.shard_params and spec.shard_params[i] } }
+        if a[i] ~= self.name and not immediate then
+          baton.sleep(SHARD_GRACE)
+          local k = self.e:get(runs.keys(self.P, name, run.id).run, { count_only = true })
+          if not k or k.count > 0 or self.stopping or self.jobs[name] ~= j or j.paused then return end
+        end
+        local fence, rec = runs.claim(self, run)
+        if fence then runs.execute(self, run, fence, rec) end
+      end)
+    end
+    return
+  end
+  local run = { job = name, id = instant, fire = fire, spec = spec }
   if spec.concurrency == "replace" then
     local rk = runs.keys(self.P, name, run.id).run
     local exists = self.e:get(rk, { count_only = true })
@@ -110,6 +164,19 @@ local function fire_instant(self, name, j, fire)
   end
   local fence, rec = runs.claim(self, run)
   if fence then runs.execute(self, run, fence, rec) end
+end
+
+-- One instant came due on this node: wait the policy's delay, then claim
+-- (a sharded job's shards are placed by assign_shards instead).
+local function fire_instant(self, name, j, fire)
+  local spec = j.spec
+  if (spec.shards or 1) <= 1 then
+    local delay = claim_delay(self, name, spec, fire)
+    if delay == nil then return end
+    if delay > 0 then baton.sleep(delay) end
+  end
+  if self.stopping or self.jobs[name] ~= j or j.paused then return end
+  run_instant(self, name, j, fire, false)
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
@@ -350,6 +417,7 @@ function M.run(opts)
   self.policy_for = function(spec) return policy_for(self, spec) end
   self.job_view = job_view
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
+  self.run_instant = function(name, j, fire, immediate) return run_instant(self, name, j, fire, immediate) end
   local ok, err = join(self)
   if not ok then return nil, "node " .. self.name .. ": " .. err end
   self.nodes[self.name] = { name = self.name, labels = self.labels }

@@ -36,12 +36,27 @@ local function record_success(run, started)
                          run.fence, rec) ~= nil
 end
 
+-- A worker must not outlive its node: if the node dies (even by SIGKILL),
+-- the kernel kills the worker (PR_SET_PDEATHSIG), so a dead node's runs stop
+-- and the leader can run them elsewhere.
+local function die_with_parent(node_pid)
+  local ok, ffi = pcall(require, "ffi")
+  if not ok then return end
+  pcall(ffi.cdef, [[
+    int prctl(int option, unsigned long a2, unsigned long a3, unsigned long a4, unsigned long a5);
+    int getppid(void);
+  ]])
+  ffi.C.prctl(1 --[[PR_SET_PDEATHSIG]], 9 --[[SIGKILL]], 0, 0, 0)
+  if node_pid and ffi.C.getppid() ~= node_pid then os.exit(1) end
+end
+
 return function()
   local run = json.decode(os.getenv("BATON_RUN") or "")
   if type(run) ~= "table" then
     io.stderr:write("baton: worker: started without a run (BATON_RUN); this command is for baton node\n")
     return baton.exit(2)
   end
+  die_with_parent(run.node_pid)
   local e = baton.etcd
   local key = util.prefix() .. "jobs/" .. run.job
   local r, err = e:get(key, { revision = run.code_revision })
@@ -72,6 +87,7 @@ return function()
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence,
     task = run.task ~= json.null and type(run.task) == "table" and run.task or nil,
+    shard = run.shard ~= json.null and type(run.shard) == "table" and run.shard or nil,
     log = { info = logger("info"), warn = logger("warn"), error = logger("error"),
             debug = logger("debug") },
   }

@@ -34,7 +34,8 @@ local function check_inflight(self, job, id)
   end
   local j = self.jobs[job]
   if not j then return end -- the job is gone or not loaded here
-  local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual }
+  local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
+                shard = runs.shard_of(j.spec, id) }
   if rec.task then
     local t = e:get(rec.task)
     if t and t.kvs[1] then run.task = { key = rec.task, value = t.kvs[1].value } end
@@ -128,7 +129,8 @@ function M.misfires(self, name, j)
   local r = e:get(P .. "runs/" .. name .. "/" .. util.instant(cand[1]), {
     range_end = P .. "runs/" .. name .. "/" .. util.instant(cand[#cand]) .. "\255", keys_only = true })
   if not r then self.marks[name] = from; return end
-  for _, kv in ipairs(r.kvs) do have[kv.key:match("[^/]+$")] = true end
+  local base = P .. "runs/" .. name .. "/"
+  for _, kv in ipairs(r.kvs) do have[kv.key:sub(#base + 1):match("^[^/]+")] = true end
   local missed = {}
   for _, f in ipairs(cand) do
     if not have[util.instant(f)] then missed[#missed + 1] = f end
@@ -167,11 +169,7 @@ function M.misfires(self, name, j)
   log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
                                      skipped = skipped, run = #to_run, misfire = spec.misfire })
   baton.go(function()
-    for _, f in ipairs(to_run) do
-      local run = { job = name, id = util.instant(f), fire = f, spec = spec }
-      local fence, rec = runs.claim(self, run)
-      if fence then runs.execute(self, run, fence, rec) end
-    end
+    for _, f in ipairs(to_run) do self.run_instant(name, j, f, true) end
   end)
 end
 

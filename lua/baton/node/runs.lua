@@ -25,13 +25,22 @@ local M = {}
 local function log(level, msg, fields) baton.log[level](msg, fields) end
 
 function M.keys(P, job, id)
+  -- A shard run's id is <instant>/<shard>: concurrency applies per shard.
+  local shard = id:match("/(%d+)$")
   return {
     run = P .. "runs/" .. job .. "/" .. id,
     marker = P .. "running/" .. job .. "/" .. id,
     inflight = P .. "inflight/" .. job .. "/" .. id,
-    active = P .. "active/" .. job,
+    active = P .. "active/" .. job .. (shard and ("/" .. shard) or ""),
     cancel = P .. "cancel/" .. job .. "/" .. id,
   }
+end
+
+-- The shard of a run id (<instant>/<index>) of a job spec, or nil.
+function M.shard_of(spec, id)
+  local i = tonumber(id:match("/(%d+)$"))
+  if not i or (spec.shards or 1) < 2 then return nil end
+  return { index = i, total = spec.shards, param = spec.shard_params and spec.shard_params[i] }
 end
 
 local function fields_of(self, run, extra)
@@ -47,6 +56,7 @@ local function new_record(self, run, spec)
     job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
     state = "running", started = now, code_revision = spec.revision,
     manual = run.manual or nil, task = run.task and run.task.key or nil,
+    shard = run.shard and run.shard.index or nil,
     attempts = run.attempts or {},
   }
 end
@@ -203,6 +213,7 @@ function M.execute(self, run, fence, rec)
         job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
         node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
         marker = k.marker, result = result, task = run.task or json.null,
+        shard = run.shard or json.null, node_pid = self.pid,
       },
       BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = P, BATON_USER = cfg.user,
       BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
