@@ -12,7 +12,7 @@ local e = baton.etcd.new { endpoints = c.url, timeout = 2, connect_timeout = 1 }
 local P = "/cl/"
 
 assert(e:put(P .. "a", "1"))
-local lease = assert(e:grant(6))
+local lease = assert(e:grant(10))
 assert(lease:keepalive())
 assert(e:put(P .. "leased", "x", { lease = lease }))
 -- idle_timeout: a hung member sends nothing, not even progress
