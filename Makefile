@@ -100,3 +100,11 @@ fuzz: deps build/fuzz/cron_fuzz
 	for f in build/fuzz/crashes/*; do \
 	  [ -f "$$f" ] && cp "$$f" fuzz/regressions/; done; exit $$rc
 # --- end cron ---
+
+# --- demo ---
+# make demo: a throwaway etcd and three nodes on this machine, the example
+# jobs, and a narrated tour (runs, hot reload, failover, a queue) until
+# Ctrl-C; DEMO_DURATION=S ends it after S seconds. See tools/demo.sh.
+demo: all
+	@BATON_BIN=$(CURDIR)/$(BIN) tools/demo.sh
+# --- end demo ---

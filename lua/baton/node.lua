@@ -204,33 +204,87 @@ local function on_trigger(self, key, value)
   if fence then runs.execute(self, run, fence, rec) end
 end
 
--- The scheduling loop of one loaded version of a job: computes each next
--- instant on absolute time and wakes at least every second, so a wall
--- clock step is noticed. Ends when the job is replaced or removed.
-local function schedule(self, name, j)
+-- The timetable: one min-heap of (next instant, job version) for the whole
+-- node, served by one coroutine that sleeps until the earliest instant but
+-- at most a second, so a wall-clock step is noticed within a second. Idle,
+-- a node wakes once a second whatever the number of jobs. An entry whose
+-- job was replaced or removed is dropped when it comes up.
+local function heap_push(h, e)
+  local i = #h + 1
+  h[i] = e
+  while i > 1 do
+    local p = (i - i % 2) / 2
+    if h[p].fire <= h[i].fire then break end
+    h[p], h[i] = h[i], h[p]
+    i = p
+  end
+end
+
+local function heap_pop(h)
+  local top, n = h[1], #h
+  h[1], h[n] = h[n], nil
+  n = n - 1
+  local i = 1
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and h[l].fire < h[m].fire then m = l end
+    if r <= n and h[r].fire < h[m].fire then m = r end
+    if m == i then break end
+    h[m], h[i] = h[i], h[m]
+    i = m
+  end
+  return top
+end
+
+-- Puts the next instant of job version j after `after` on the timetable.
+local function schedule(self, name, j, after)
   local spec = j.spec
   if spec.manual or spec.queue then return end
-  local after = baton.now()
-  while self.jobs[name] == j and not self.stopping do
-    local fire = spec.cron:next(after)
-    if not fire then return end
-    while true do
-      if self.jobs[name] ~= j or self.stopping then return end
-      local d = fire - baton.now()
-      if d <= 0 then break end
-      baton.sleep(d < 1 and d or 1)
+  local fire = spec.cron:next(after or baton.now())
+  if fire then heap_push(self.timetable, { fire = fire, name = name, j = j }) end
+end
+
+local function timetable_loop(self)
+  local h = self.timetable
+  while not self.stopping do
+    local now = baton.now()
+    while h[1] and h[1].fire <= now do
+      local ev = heap_pop(h)
+      if self.jobs[ev.name] == ev.j then
+        if not ev.j.paused then baton.go(fire_instant, self, ev.name, ev.j, ev.fire) end
+        -- After a stall or a forward clock step, go on from now: the
+        -- instants in between are the leader's misfire accounting.
+        schedule(self, ev.name, ev.j, math.max(ev.fire, now - 1))
+      end
     end
-    after = fire
-    if not j.paused then baton.go(fire_instant, self, name, j, fire) end
+    local d = h[1] and h[1].fire - baton.now() or 1
+    baton.sleep(d < 0 and 0 or d < 1 and d or 1)
   end
 end
 
 ---------------------------------------------------------------------------
 -- the job store
 
+-- Writes this node's status of a job; during a listing the writes are
+-- gathered (self.status_batch) and sent in transactions of 128.
 local function put_status(self, name, rev, err)
-  self.e:put(self.P .. "status/" .. name .. "/" .. self.name,
-             json.encode { revision = rev, error = err or json.null, time = baton.now() })
+  local key = self.P .. "status/" .. name .. "/" .. self.name
+  local value = json.encode { revision = rev, error = err or json.null, time = baton.now() }
+  if self.status_batch then
+    table.insert(self.status_batch, { put = { key = key, value = value } })
+  else
+    self.e:put(key, value)
+  end
+end
+
+local function flush_status(self)
+  local batch = self.status_batch
+  self.status_batch = nil
+  for i = 1, #(batch or {}), 128 do
+    local ops = {}
+    for k = i, math.min(i + 127, #batch) do ops[#ops + 1] = batch[k] end
+    self.e:txn { success = ops }
+  end
 end
 
 local function apply_job(self, name, source, rev)
@@ -256,7 +310,7 @@ local function apply_job(self, name, source, rev)
   if spec.queue then
     queue.follow(self, spec.queue)
   else
-    baton.go(schedule, self, name, j)
+    schedule(self, name, j)
     if self.leader and not cur then baton.go(leader.misfires, self, name, j) end
   end
 end
@@ -292,11 +346,13 @@ local function list_all(self)
   for _, kv in ipairs(r.responses[2].kvs) do paused[kv.key:sub(#P + 8)] = true end
   for name in pairs(self.paused) do if not paused[name] then set_paused(self, name, false) end end
   for name in pairs(paused) do set_paused(self, name, true) end
+  self.status_batch = {}
   for _, kv in ipairs(r.responses[1].kvs) do
     local name = kv.key:sub(#P + 6)
     seen[name] = true
     apply_job(self, name, kv.value, kv.mod_revision)
   end
+  flush_status(self)
   for name in pairs(self.jobs) do if not seen[name] then remove_job(self, name) end end
   self.nodes = {}
   for _, kv in ipairs(r.responses[3].kvs) do
@@ -411,6 +467,7 @@ function M.run(opts)
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0, queues = {},
+    timetable = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or 4,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
@@ -456,6 +513,7 @@ function M.run(opts)
   end)
 
   baton.go(follow, self)
+  baton.go(timetable_loop, self)
 
   local sig = baton.signal { "SIGINT", "SIGTERM", "SIGHUP" }
   self.stopping = true

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# make demo, cut short: tools/demo.sh with DEMO_DURATION=20 exits 0 by
+# itself, its narration shows runs on the nodes, and it leaves nothing
+# behind: no etcd or baton process of its own, no temporary directory.
+set -uo pipefail
+
+root=${BATON_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+BATON_BIN=${BATON_BIN:-$root/bin/baton}
+export BATON_BIN
+
+n=0 failed=0
+ok() { # STATUS NAME
+  n=$((n + 1))
+  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi
+}
+diag() { printf '%s\n' "$@" | sed 's/^/# /' >&2; }
+
+scratch=$(mktemp -d "${BATON_TEST_TMP:-${TMPDIR:-/tmp}}/demo-test.XXXXXX")
+trap 'rm -rf -- "$scratch"' EXIT
+mkdir "$scratch/tmp"
+
+t0=$SECONDS
+TMPDIR=$scratch/tmp DEMO_DURATION=20 timeout -k 5 60 "$root/tools/demo.sh" >"$scratch/out" 2>&1
+rc=$?
+ok $((rc != 0)) "DEMO_DURATION=20 tools/demo.sh exits 0 (exit $rc, $((SECONDS - t0)) s)"
+[ "$rc" -eq 0 ] || tail -n 30 "$scratch/out" | diag
+
+# "14:51:02.003  node-2   << tick @ 14:51:02 succeeded in 16ms ..."
+runs=$(grep -cE '^[0-9:.]+ +node-[123] +<< tick @ [0-9:]+ succeeded' "$scratch/out")
+[ "$runs" -ge 5 ]
+ok $? "the narration shows tick's runs ($runs)"
+nodes=$(grep -oE '^[0-9:.]+ +node-[123] +<< ' "$scratch/out" | awk '{ print $2 }' | sort -u | wc -l)
+[ "$nodes" -ge 2 ]
+ok $? "on more than one node ($nodes of 3)"
+grep -q 'every node runs revision' "$scratch/out"
+ok $? "the hot reload reached every node"
+grep -q 'DEMO_DURATION=20 s reached' "$scratch/out" && grep -q 'demo: stopped' "$scratch/out"
+ok $? "it ended by itself and said it stopped everything"
+
+dir=$(sed -n 's/.*all under \([^ ]*\) .*/\1/p' "$scratch/out" | head -n 1)
+url=$(sed -n 's/.*etcd is up at \([^ ]*\) .*/\1/p' "$scratch/out" | head -n 1)
+[ -n "$dir" ] && [ ! -e "$dir" ] && [ -z "$(ls -A "$scratch/tmp")" ]
+ok $? "its temporary directory is gone (${dir:-?})"
+left=""
+for c in /proc/[0-9]*/cmdline; do
+  line=$(tr '\0' ' ' <"$c" 2>/dev/null) || continue
+  case "$line" in
+    *"$scratch/tmp/"*) left+="${c%/cmdline}: $line"$'\n' ;;
+    *"--endpoints $url "*) [ -n "$url" ] && left+="${c%/cmdline}: $line"$'\n' ;;
+  esac
+done
+[ -z "$left" ]
+ok $? "no etcd or baton process of the demo is left"
+[ -z "$left" ] || diag "$left"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
