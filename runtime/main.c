@@ -29,10 +29,13 @@ static const char usage[] =
   "  elect -l NAME                   print each leader as it changes\n"
   "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]\n"
   "                                  run a scheduler node\n"
-  "  check FILE.lua                  validate a job file, print its next 5 fires\n"
+  "  check FILE.lua                  validate a job or policy file: next 5 fires,\n"
+  "                                  or a policy's decisions on a sample cluster\n"
   "  job put FILE.lua [--name NAME]  check, then store at <prefix>jobs/<NAME>\n"
   "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
   "  job run NAME [--force] | pause NAME | resume NAME\n"
+  "  policy put FILE.lua [--name NAME]  check, then store at <prefix>policies/<NAME>\n"
+  "  policy ls | show NAME | rm NAME\n"
   "  queue push QUEUE VALUE          add a task to a queue\n"
   "  nodes                           live nodes with labels, version, running runs\n"
   "  leader                          the elected cluster leader\n"
@@ -212,6 +215,7 @@ static const struct {
   {"elect", cli_lua},
   {"check", cli_lua},
   {"job", cli_lua},
+  {"policy", cli_lua},
   {"queue", cli_lua},
   {"nodes", cli_lua},
   {"leader", cli_lua},

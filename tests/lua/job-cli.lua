@@ -80,7 +80,7 @@ do
   T.like(out, "\n@manual: runs only when triggered %(baton job run manual%)\n$", "check: @manual has no fires")
   out, _, code2 = run("check", write("pol.lua", "return { claim_delay = function() return 0 end }"))
   T.is(code2, 0, "check: a policy file exits 0")
-  T.like(out, "looks like a scheduling policy %(claim_delay%): policies are not checked yet", "check: policy noted")
+  T.like(out, "^ok: policy pol %(claim_delay%)\n", "check: a policy is checked as a policy")
 end
 
 -- 2. The sample jobs in jobs/ pass baton check.

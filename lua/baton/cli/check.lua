@@ -1,12 +1,15 @@
 -- baton check FILE.lua: validate a job file the way `baton job put` and the
 -- node do (compile from source, own environment, spec), then print a
 -- one-line summary and the next 5 fire instants. Exit 0 when valid, 1 with
--- the validation error, 2 on a usage error. Scheduling policies are checked
--- by a later version: a policy file is recognised and reported as such.
+-- the validation error, 2 on a usage error. A scheduling policy file (a
+-- table of policy functions and no run) is checked as `baton policy put`
+-- checks it (compile, fields, selftest) and the decisions it would make for
+-- a sample cluster are printed; exit 1 if any of that fails.
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
+local policy = require "baton.policy"
 
 local USAGE = "baton check FILE.lua"
 
@@ -32,6 +35,35 @@ local function summary(spec)
   return table.concat(parts, ", ")
 end
 
+-- Checks a policy file: load, selftest, the sample cluster's decisions.
+local function check_policy(file, source, name)
+  local mod, err = policy.load(source, name, file)
+  if not mod then return A.die("check " .. file .. ": " .. err) end
+  local fns = policy.functions(mod)
+  local out = io.stdout
+  out:write(("ok: policy %s (%s)%s\n"):format(name, table.concat(fns, ", "),
+    type(mod.description) == "string" and (": " .. mod.description) or ""))
+  local sok, lines = policy.selftest(mod)
+  if not sok then
+    out:flush()
+    return A.die(("check %s: EINVAL: policy %s: %s"):format(file, name, lines))
+  end
+  if mod.selftest then
+    out:write(("selftest: passed (%d decisions)\n"):format(#lines))
+    for _, l in ipairs(lines) do out:write("  ", l, "\n") end
+  else
+    out:write("selftest: none (add selftest = function() ... end to check your own cases)\n")
+  end
+  local pok, plines = policy.preview(mod)
+  for _, l in ipairs(plines) do out:write(l, "\n") end
+  if not pok then
+    out:flush()
+    return A.die(("check %s: EINVAL: policy %s: a decision failed on the sample cluster (see above); "
+      .. "the node would use the default's"):format(file, name))
+  end
+  baton.exit(0)
+end
+
 return function(...)
   local _, pos = A.parse("check", USAGE, {}, { ... })
   local file = pos[1]
@@ -41,16 +73,11 @@ return function(...)
   if not source then return A.die("check " .. file .. ": " .. err) end
   local name = U.base_name(file)
   if not job.valid_name(name) then name = "check" end
-  local spec, verr = job.load(source, name, nil, file)
-  if not spec then
-    local fns = job.looks_like_policy(source)
-    if fns then
-      io.stdout:write(("%s: looks like a scheduling policy (%s): policies are not checked yet\n")
-        :format(file, table.concat(fns, ", ")))
-      return baton.exit(0)
-    end
-    return A.die("check " .. file .. ": " .. verr)
+  if job.looks_like_policy(source) or policy.looks_like(source) then
+    return check_policy(file, source, name)
   end
+  local spec, verr = job.load(source, name, nil, file)
+  if not spec then return A.die("check " .. file .. ": " .. verr) end
   io.stdout:write(summary(spec), "\n")
   if spec.queue then
     io.stdout:write("runs once per task put under ", U.key("queue", spec.queue), "/\n")
