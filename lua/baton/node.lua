@@ -17,6 +17,7 @@ local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
+local policymod = require "baton.policy"
 local json = baton.json
 
 local format, floor = string.format, math.floor
@@ -56,10 +57,25 @@ end
 ---------------------------------------------------------------------------
 -- policies
 
+-- The module a job's policy names: stored in etcd (P policies/<name>,
+-- hot-reloaded), else shipped in lua/baton/policies/, else the default.
 local function policy_for(self, spec)
-  local ok, p = pcall(require, "baton.policies." .. (spec.policy or "default"))
-  if ok and type(p) == "table" then return p end
-  return require "baton.policies.default"
+  local name = spec.policy or "default"
+  local stored = self.policies[name]
+  if stored then return stored.mod end
+  return policymod.builtin(name) or policymod.builtin("default")
+end
+
+-- One policy decision, guarded (budget, errors, result type): the default
+-- decides when the job's policy fails, and the failure is logged.
+local function decide(self, name, spec, fname, fields, ...)
+  local res, why = policymod.decide(policy_for(self, spec), fname, ...)
+  if why then
+    local f = { job = name, policy = spec.policy or "default", ["function"] = fname, error = why }
+    for k, v in pairs(fields or {}) do f[k] = v end
+    log("warn", "policy failed; the default decided", f)
+  end
+  return res
 end
 
 local function live_nodes(self)
@@ -83,15 +99,9 @@ end
 -- Seconds this node waits before trying to claim key (nil: never), from
 -- the job's policy; a policy that fails falls back to the default.
 local function claim_delay(self, name, spec, key)
-  local policy = policy_for(self, spec)
   local me = self.nodes[self.name] or { name = self.name, labels = self.labels }
-  local ok, delay = pcall(policy.claim_delay, job_view(name, spec), key, live_nodes(self), me)
-  if not ok or (delay ~= nil and type(delay) ~= "number") then
-    log("warn", "policy claim_delay failed; using the default", { job = name, error = tostring(delay) })
-    delay = require("baton.policies.default").claim_delay(job_view(name, spec), key,
-      live_nodes(self), me)
-  end
-  return delay
+  return decide(self, name, spec, "claim_delay", { instant = tostring(key) },
+                job_view(name, spec), key, live_nodes(self), me)
 end
 
 local SHARD_GRACE = 1 -- seconds before a node takes a shard assigned to another
@@ -99,35 +109,8 @@ local SHARD_GRACE = 1 -- seconds before a node takes a shard assigned to another
 -- {[i] = node name} for the shards of one instant, from the job's policy
 -- (assign_shards), checked, else rendezvous hashing of each shard.
 local function assign_shards(self, name, spec, fire)
-  local nodes = {}
-  for _, n in ipairs(live_nodes(self)) do
-    local ok = true
-    for k, v in pairs(spec.labels or {}) do
-      if not n.labels or n.labels[k] ~= v then ok = false end
-    end
-    if ok then nodes[#nodes + 1] = n end
-  end
-  if #nodes == 0 then return {} end
-  local policy = policy_for(self, spec)
-  if policy.assign_shards then
-    local ok, a = pcall(policy.assign_shards, job_view(name, spec), spec.shards, nodes)
-    local valid = ok and type(a) == "table"
-    if valid then
-      local names = {}
-      for _, n in ipairs(nodes) do names[n.name] = true end
-      for i = 1, spec.shards do if not names[a[i]] then valid = false end end
-    end
-    if valid then return a end
-    log("warn", "policy assign_shards failed; using the default", { job = name,
-      instant = util.instant(fire), error = ok and "wrong result" or tostring(a) })
-  end
-  -- Even spread, rotated by a hash of the instant so that the shard a node
-  -- gets changes from instant to instant.
-  local hash = require("baton.policies.default").hash
-  local off = hash(name .. "@" .. tostring(fire)) % #nodes
-  local a = {}
-  for i = 1, spec.shards do a[i] = nodes[(i + off) % #nodes + 1].name end
-  return a
+  return decide(self, name, spec, "assign_shards", { instant = util.instant(fire) },
+                job_view(name, spec), spec.shards, live_nodes(self), fire) or {}
 end
 
 -- Claims and runs one instant of a job on this node (immediate: no policy
@@ -315,6 +298,38 @@ local function apply_job(self, name, source, rev)
   end
 end
 
+local function put_policy_status(self, name, rev, err)
+  self.e:put(self.P .. "policy-status/" .. name .. "/" .. self.name,
+             json.encode { revision = rev, error = err or json.null, time = baton.now() })
+end
+
+-- A policy put: load it, swap it in at once, or keep the last good version.
+local function apply_policy(self, name, source, rev)
+  local cur = self.policies[name]
+  if cur and cur.revision == rev then return end
+  local mod, err = policymod.load(source, name)
+  if not mod then
+    if self.bad_policies[name] ~= rev then
+      self.bad_policies[name] = rev
+      log("error", "policy rejected; keeping the last good version", { policy = name,
+        revision = rev, error = err, running = cur and cur.revision or json.null })
+      put_policy_status(self, name, rev, err)
+    end
+    return
+  end
+  self.bad_policies[name] = nil
+  self.policies[name] = { mod = mod, revision = rev }
+  log("info", cur and "policy reloaded" or "policy loaded", { policy = name, revision = rev })
+  put_policy_status(self, name, rev, nil)
+end
+
+local function remove_policy(self, name)
+  if self.policies[name] then log("info", "policy removed", { policy = name }) end
+  self.policies[name] = nil
+  self.bad_policies[name] = nil
+  self.e:delete(self.P .. "policy-status/" .. name .. "/" .. self.name)
+end
+
 local function remove_job(self, name)
   if self.jobs[name] then log("info", "job removed", { job = name }) end
   self.jobs[name] = nil
@@ -340,8 +355,17 @@ local function list_all(self)
     { get = { key = P .. "paused/", prefix = true, keys_only = true } },
     { get = { key = P .. "nodes/", prefix = true } },
     { get = { key = P .. "trigger/", prefix = true } },
+    { get = { key = P .. "policies/", prefix = true } },
   } }
   if not r then return nil, err, code end
+  -- Policies first: the jobs' first decisions use them.
+  local pseen = {}
+  for _, kv in ipairs(r.responses[5].kvs) do
+    local name = kv.key:sub(#P + 10)
+    pseen[name] = true
+    apply_policy(self, name, kv.value, kv.mod_revision)
+  end
+  for name in pairs(self.policies) do if not pseen[name] then remove_policy(self, name) end end
   local seen, paused = {}, {}
   for _, kv in ipairs(r.responses[2].kvs) do paused[kv.key:sub(#P + 8)] = true end
   for name in pairs(self.paused) do if not paused[name] then set_paused(self, name, false) end end
@@ -371,6 +395,10 @@ local function on_event(self, ev)
     else remove_job(self, name) end
   elseif key:sub(1, #P + 7) == P .. "paused/" then
     set_paused(self, key:sub(#P + 8), ev.type == "put")
+  elseif key:sub(1, #P + 9) == P .. "policies/" then
+    local name = key:sub(#P + 10)
+    if ev.type == "put" then apply_policy(self, name, ev.kv.value, ev.kv.mod_revision)
+    else remove_policy(self, name) end
   elseif key:sub(1, #P + 8) == P .. "trigger/" then
     if ev.type == "put" then baton.go(on_trigger, self, key, ev.kv.value) end
   elseif key:sub(1, #P + 7) == P .. "cancel/" then
@@ -401,7 +429,7 @@ local function follow(self)
     else
       local watchers = {}
       local compacted = false
-      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/" } do
+      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/", "policies/" } do
         local w, werr = e:watch(P .. sub, { prefix = true, start_revision = rev + 1 })
         if not w then
           log("warn", "watch failed; listing again", { prefix = P .. sub, error = werr })
@@ -467,12 +495,13 @@ function M.run(opts)
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0, queues = {},
-    timetable = {},
+    timetable = {}, policies = {}, bad_policies = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or 4,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
   self.policy_for = function(spec) return policy_for(self, spec) end
   self.job_view = job_view
+  self.decide = function(name, spec, fname, fields, ...) return decide(self, name, spec, fname, fields, ...) end
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
   self.run_instant = function(name, j, fire, immediate) return run_instant(self, name, j, fire, immediate) end
   local ok, err = join(self)

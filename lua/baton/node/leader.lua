@@ -46,13 +46,8 @@ local function check_inflight(self, job, id)
     if (rec.retry_at or 0) > baton.now() - self.grace then return end
     log("warn", "retrying a run whose node is gone", fields)
   elseif rec.state == "running" then
-    local decision = j.spec.on_node_loss or "rerun"
-    local policy = self.policy_for(j.spec)
-    if policy.on_orphan then
-      local pok, d = pcall(policy.on_orphan, self.job_view(job, j.spec), rec)
-      if pok and (d == "rerun" or d == "abandon") then decision = d
-      else log("warn", "policy on_orphan failed; using on_node_loss", { job = job, error = tostring(d) }) end
-    end
+    local decision = self.decide(job, j.spec, "on_orphan", { instant = id },
+                                 self.job_view(job, j.spec), rec)
     fields.decision = decision
     if decision == "abandon" then
       rec.attempts = rec.attempts or {}

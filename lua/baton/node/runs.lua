@@ -148,22 +148,11 @@ function M.claim_next(self, run, rec, seen)
 end
 
 -- Seconds before attempt n+1 after attempt n failed, or nil to give up:
--- the policy's retry_delay, else exponential backoff with jitter.
+-- the job's policy decides (the default: the job's retry table, exponential
+-- backoff with jitter).
 function M.retry_delay(self, run, rec, err)
-  local spec = run.spec
-  local policy = self.policy_for(spec)
-  if policy.retry_delay then
-    local ok, d = pcall(policy.retry_delay, self.job_view(run.job, spec), rec, err)
-    if ok and (d == nil or type(d) == "number") then return d end
-    log("warn", "policy retry_delay failed; using the default", fields_of(self, run, { error = tostring(d) }))
-  end
-  local r = spec.retry or {}
-  if (rec.attempt or 1) > (r.attempts or 0) then return nil end
-  local d = (r.backoff or 10) * 2 ^ ((rec.attempt or 1) - 1)
-  if r.max_backoff and d > r.max_backoff then d = r.max_backoff end
-  local j = r.jitter or 0
-  if j > 0 then d = d * (1 - j + 2 * j * random()) end
-  return d
+  return self.decide(run.job, run.spec, "retry_delay", { instant = run.id, attempt = rec.attempt },
+                     self.job_view(run.job, run.spec), rec, err)
 end
 
 -- Writes the end of an attempt, guarded by its fence: final, or retrying.
