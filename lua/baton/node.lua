@@ -205,7 +205,10 @@ end
 
 local function heap_pop(h)
   local top, n = h[1], #h
-  h[1], h[n] = h[n], nil
+  -- (Two statements: the order of a multiple assignment's stores is not
+  -- defined, and with n == 1 the wrong order would leave the top in place.)
+  h[1] = h[n]
+  h[n] = nil
   n = n - 1
   local i = 1
   while true do
