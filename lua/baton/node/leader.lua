@@ -192,20 +192,27 @@ function M.run(self)
   local P, e = self.P, self.e
   for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
   scan_inflight(self)
-  -- Markers disappear when their node's lease expires: check at once.
-  local w = e:watch(P .. "running/", { prefix = true, no_put = true })
-  if w then
-    baton.go(function()
-      while self.leader and not self.stopping do
-        local evs = w:next(1)
-        for _, ev in ipairs(evs or {}) do
-          local job, id = ev.kv.key:sub(#P + 9):match("^([^/]+)/(.+)$")
-          if job then check_inflight(self, job, id) end
+  -- Markers disappear when their node's lease expires: check at once. (A
+  -- watch that ends, compacted or failed, is made again; the periodic scan
+  -- below covers the gap.)
+  baton.go(function()
+    while self.leader and not self.stopping do
+      local w = e:watch(P .. "running/", { prefix = true, no_put = true })
+      if not w then
+        baton.sleep(1)
+      else
+        while self.leader and not self.stopping do
+          local evs, _, code = w:next(1)
+          if not evs and code ~= "ETIMEDOUT" then break end
+          for _, ev in ipairs(evs or {}) do
+            local job, id = ev.kv.key:sub(#P + 9):match("^([^/]+)/(.+)$")
+            if job then check_inflight(self, job, id) end
+          end
         end
+        w:cancel()
       end
-      w:cancel()
-    end)
-  end
+    end
+  end)
   local n = 0
   while self.leader and not self.stopping do
     baton.sleep(1)
