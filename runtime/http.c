@@ -304,6 +304,10 @@ bt_http_t *bt_http_new(uv_loop_t *loop) {
   curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_timer_set);
   curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
   curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, 64L);
+  /* A burst of requests queues in curl beyond this many connections to one
+   * endpoint instead of opening a socket (and buffers) per request.
+   * Streams (watches) hold a connection each, so the bound is generous. */
+  curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 256L);
   uv_timer_init(loop, &h->timer);
   h->timer.data = h;
   return h;

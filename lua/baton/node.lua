@@ -296,8 +296,10 @@ local function apply_job(self, name, source, rev)
   if spec.queue then
     queue.follow(self, spec.queue)
   else
+    -- (Misfires of a new job are the leader's periodic check, which goes
+    -- through the jobs one at a time: a coroutine per job here meant
+    -- thousands of concurrent requests when a leader loads its store.)
     schedule(self, name, j)
-    if self.leader and not cur then baton.go(leader.misfires, self, name, j) end
   end
 end
 
@@ -361,6 +363,7 @@ local function list_all(self)
     { get = { key = P .. "policies/", prefix = true } },
   } }
   if not r then return nil, err, code end
+  local rev_of_listing = r.revision
   -- Policies first: the jobs' first decisions use them.
   local pseen = {}
   for _, kv in ipairs(r.responses[5].kvs) do
@@ -387,7 +390,11 @@ local function list_all(self)
     if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
   end
   for _, kv in ipairs(r.responses[4].kvs) do baton.go(on_trigger, self, kv.key, kv.value) end
-  return r.revision
+  -- The listing's response and its decoded copies are garbage now; collect
+  -- them at once, so that a node that loaded a large store starts small.
+  r = nil
+  collectgarbage()
+  return rev_of_listing
 end
 
 local function on_event(self, ev)
