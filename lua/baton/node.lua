@@ -288,7 +288,8 @@ local function apply_job(self, name, source, rev)
     return
   end
   self.bad[name] = nil
-  local j = { spec = spec, paused = self.paused[name] or false }
+  local j = { spec = spec, paused = self.paused[name] or false,
+              loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
   log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
     schedule = spec.schedule or ("queue:" .. tostring(spec.queue)) })

@@ -85,6 +85,43 @@ local function scan_inflight(self)
   end
 end
 
+-- The fire time of a job's newest run record (kv), or nil.
+function M.last_fire(kv)
+  local ok, rec = pcall(json.decode, kv and kv.value or "")
+  if ok and type(rec) == "table" and type(rec.fire) == "number" then return rec.fire end
+end
+
+-- Sets where the misfire check of every job not yet checked starts (its
+-- newest run record), reading them 128 jobs per transaction: a leader that
+-- takes over a store of thousands of jobs makes tens of requests, not
+-- thousands.
+local function seed_marks(self)
+  local P, e, now = self.P, self.e, baton.now()
+  self.marks = self.marks or {}
+  local names = {}
+  for name, j in pairs(self.jobs) do
+    if not self.marks[name] and not j.spec.manual and not j.spec.queue then names[#names + 1] = name end
+  end
+  for i = 1, #names, 128 do
+    local ops, batch = {}, {}
+    for k = i, math.min(i + 127, #names) do
+      local name = names[k]
+      batch[#batch + 1] = name
+      -- The newest record from before this node scheduled the job: what it
+      -- ran since is not a misfire.
+      local base = P .. "runs/" .. name .. "/"
+      local loaded = self.jobs[name].loaded_at or now
+      ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
+                                order = "desc", limit = 1 } }
+    end
+    local r = e:txn { success = ops }
+    if not r then return end
+    for k, name in ipairs(batch) do
+      self.marks[name] = M.last_fire(r.responses[k].kvs[1]) or now
+    end
+  end
+end
+
 -- Records instants of job that nobody started, per its misfire policy.
 -- The leader checks every job every few seconds, from where it last
 -- checked (or the newest run record) up to a few seconds ago, so an instant
@@ -104,12 +141,11 @@ function M.misfires(self, name, j)
     local last = e:get(P .. "runs/" .. name .. "/", { prefix = true, sort = "key", order = "desc",
                                                        limit = 1 })
     if not last then return end
-    local ok, lrec = pcall(json.decode, last.kvs[1] and last.kvs[1].value or "")
-    if not ok or type(lrec) ~= "table" or type(lrec.fire) ~= "number" then
+    from = M.last_fire(last.kvs[1])
+    if not from then
       self.marks[name] = now -- never ran: nothing before now was due
       return
     end
-    from = lrec.fire
   end
   if horizon <= from then return end
   local cand, t = {}, from
@@ -190,6 +226,7 @@ end
 -- Runs while this node leads (until stopping).
 function M.run(self)
   local P, e = self.P, self.e
+  seed_marks(self)
   for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: check at once. (A
@@ -219,6 +256,7 @@ function M.run(self)
     n = n + 1
     scan_inflight(self)
     if n % 2 == 0 then
+      seed_marks(self)
       for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
     end
     if n % 60 == 0 then prune(self) end
