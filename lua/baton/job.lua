@@ -19,7 +19,6 @@ local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, r
 local format, byte, floor, huge = string.format, string.byte, math.floor, math.huge
 local sort, concat = table.sort, table.concat
 local loadstring, setfenv = loadstring, setfenv
-local sethook, gethook, getinfo = debug.sethook, debug.gethook, debug.getinfo
 local jit = rawget(_G, "jit")
 
 local M = {}
@@ -28,7 +27,6 @@ local M = {}
 -- looks. A job file only builds and returns a table; 10 million VM
 -- instructions is a few tens of milliseconds, far more than any real file.
 M.LOAD_BUDGET = 1e7
-local HOOK_EVERY = 1000
 
 -- Defaults of the optional fields (documented in docs/jobs.md).
 local DEFAULTS = {
@@ -169,37 +167,17 @@ local function fail(name, msg)
   return nil, format("EINVAL: job %s: %s", name, msg), "EINVAL"
 end
 
-local BUDGET_MSG = "\0baton.job: load budget exceeded"
+local sandbox = require "baton.sandbox"
+local BUDGET_MSG = sandbox.BUDGET_MSG
 
--- Calls fn() under the instruction bound, from inside a C call
--- (string.gsub's callback) so that a waiting call such as baton.sleep
--- raises instead of suspending the loader. Returns pcall's results.
+-- Calls fn() (a job file's chunk) under the load budget, with the JIT off
+-- for it meanwhile (compiled loops do not run count hooks) and back on
+-- after, so that run() may be compiled when it runs.
 local function bounded_call(fn)
-  local old_hook, old_mask, old_count = gethook()
-  local left = M.LOAD_BUDGET
-  local source = getinfo(fn, "S").source
-  local function hook()
-    if left > 0 then
-      left = left - HOOK_EVERY
-      if left > 0 then return end
-      -- From now on every instruction of the file's code raises, so a
-      -- pcall loop inside the chunk cannot swallow the error and go on.
-      sethook(hook, "", 1)
-    end
-    local info = getinfo(2, "S")
-    if info and info.source == source then error(BUDGET_MSG, 0) end
-  end
-  if jit then jit.off(fn, true) end -- compiled loops do not run count hooks
-  local res
-  sethook(hook, "", HOOK_EVERY)
-  local ok, err = pcall(string.gsub, "x", "x", function()
-    res = { pcall(fn) }
-    return ""
-  end)
-  sethook(old_hook, old_mask or "", old_count or 0)
-  if jit then jit.on(fn, true) end -- run() may be compiled when it runs
-  if not ok then return false, err end
-  return res[1], res[2]
+  if jit then jit.off(fn, true) end
+  local ok, res = sandbox.bounded(M.LOAD_BUDGET, fn)
+  if jit then jit.on(fn, true) end
+  return ok, res
 end
 
 -- Turns a load-time error into the message the user should read.

@@ -23,7 +23,6 @@ local pcall, error, rawget = pcall, error, rawget
 local format, byte, floor, huge, concat, sort = string.format, string.byte, math.floor, math.huge,
   table.concat, table.sort
 local loadstring, setfenv, unpack = loadstring, setfenv, unpack
-local sethook, gethook, getinfo = debug.sethook, debug.gethook, debug.getinfo
 local jit = rawget(_G, "jit")
 
 local M = {}
@@ -35,7 +34,6 @@ local M = {}
 M.LOAD_BUDGET = 1e7
 M.CALL_BUDGET = 2e7
 M.SELFTEST_BUDGET = 5e7
-local HOOK_EVERY = 1000
 
 -- The decisions (design.md section 8), and everything a policy table may
 -- hold.
@@ -67,40 +65,11 @@ end
 ---------------------------------------------------------------------------
 -- bounded calls
 
-local BUDGET_MSG = "\0baton.policy: budget exceeded"
-
--- Calls fn(...) under an instruction bound, from inside a C call
--- (string.gsub's callback) so that a waiting call such as baton.sleep
--- raises instead of suspending the caller. Once the bound is passed, every
--- instruction of code from fn's file raises, so a pcall loop inside it
--- cannot swallow the error and go on; library code it called is left to
--- return. Compiled loops do not run count hooks: policy files are loaded
--- with the JIT off for all their functions (see load); built-ins are
--- trusted. Returns pcall's status and up to one result.
-local function bounded(budget, fn, ...)
-  local old_hook, old_mask, old_count = gethook()
-  local left = budget
-  local source = getinfo(fn, "S").source
-  local function hook()
-    if left > 0 then
-      left = left - HOOK_EVERY
-      if left > 0 then return end
-      sethook(hook, "", 1)
-    end
-    local info = getinfo(2, "S")
-    if info and info.source == source then error(BUDGET_MSG, 0) end
-  end
-  local n, args = select("#", ...), { ... }
-  local ok, res
-  sethook(hook, "", HOOK_EVERY)
-  local cok, cerr = pcall(string.gsub, "x", "x", function()
-    ok, res = pcall(fn, unpack(args, 1, n))
-    return ""
-  end)
-  sethook(old_hook, old_mask or "", old_count or 0)
-  if not cok then return false, cerr end
-  return ok, res
-end
+local sandbox = require "baton.sandbox"
+local BUDGET_MSG = sandbox.BUDGET_MSG
+-- (Policy files are loaded with the JIT off for all their functions, see
+-- load; built-ins are trusted.)
+local bounded = sandbox.bounded
 
 -- The message for an error raised while loading ("while loading") or in a
 -- function (what = nil).
