@@ -23,8 +23,8 @@ local jit = rawget(_G, "jit")
 
 local M = {}
 
--- Instructions a chunk may execute at load time, and how often the hook
--- looks. A job file only builds and returns a table; 10 million VM
+-- Instructions a chunk may execute at load time (baton.sandbox counts
+-- them). A job file only builds and returns a table; 10 million VM
 -- instructions is a few tens of milliseconds, far more than any real file.
 M.LOAD_BUDGET = 1e7
 
