@@ -45,7 +45,7 @@ local function register(self)
   }
   if not r then return nil, err, code end
   if not r.succeeded then
-    return nil, "EEXIST: node name " .. self.name .. " is in use by a live node", "EEXIST"
+    return nil, "EEXIST: the name is in use by a live node", "EEXIST"
   end
   return true
 end

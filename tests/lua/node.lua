@@ -185,6 +185,18 @@ local now_count = 0
 for _ in pairs(executions()) do now_count = now_count + 1 end
 T.ok(now_count > before, "the other job keeps its instants")
 
+-- Bad input to baton node: a clear error, and the live node is not touched.
+local dup = baton_cli("node", "--name", "n1", "--ttl", "5")
+T.is(dup.code, 1, "a second node with a live node's name: exit 1")
+T.like(dup.stderr, "^baton: node n1: EEXIST: the name is in use by a live node\n", "saying the name is in use")
+local badname = baton_cli("node", "--name", "no spaces")
+T.is(badname.code, 2, "an invalid --name: usage error")
+T.like(badname.stderr, "%-%-name: letters, digits", "saying what is allowed")
+local badlabels = baton_cli("node", "--name", "n9", "--labels", "zone")
+T.is(badlabels.code, 2, "malformed --labels: usage error")
+T.like(badlabels.stderr, "%-%-labels: k=v", "saying the form")
+T.is(assert(e:get(P .. "nodes/", { prefix = true })).count, 3, "the three nodes are untouched")
+
 -- 5. Nodes stop on SIGTERM and deregister.
 for _, p in pairs(nodes) do p:kill("SIGTERM") end
 local codes = {}

@@ -30,7 +30,7 @@ for _, k in ipairs { "put", "ls", "show", "rm", "run", "pause", "resume", "histo
   USAGE = USAGE .. "\n       " .. USAGES[k]
 end
 local current -- the subcommand being run, for its usage line
-local NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
+local NAME_RULE = U.NAME_RULE
 
 local function die(sub, what, err) return A.die("job " .. sub .. (what and (" " .. what) or "") .. ": " .. err) end
 local function usage(msg)
@@ -110,27 +110,13 @@ local function run_row(rec)
 end
 local RUN_HEADER = { "FIRE", "NODE", "ATTEMPT", "STATE", "DURATION", "ERROR" }
 
--- A run record for --json (keys as stored, plus the run key's tail).
-local function run_json(rec)
-  return rec
-end
-
 ---------------------------------------------------------------------------
 -- subcommands
 
 local sub = {}
 
 function sub.put(pos, opts)
-  local file = pos[2]
-  if not file then return usage("needs a FILE") end
-  if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
-  local name = opts.name or U.base_name(file)
-  if not job.valid_name(name) then
-    return usage(format("invalid job name \"%s\" (%s)%s", name, NAME_RULE,
-      opts.name and "" or "; choose one with --name"))
-  end
-  local source, err = U.read_file(file)
-  if not source then return die("put", file, err) end
+  local name, source, file = U.put_args(pos, opts, "job", usage, die)
   local spec, verr = job.load(source, name, nil, file)
   if not spec then return die("put", file, verr) end
   local key = U.key("jobs", name)
@@ -295,7 +281,7 @@ function sub.history(pos, opts)
   if not rs then return die("history", name, err) end
   if opts.json then
     local list = {}
-    for i, rec in ipairs(rs) do list[i] = run_json(rec) end
+    for i, rec in ipairs(rs) do list[i] = rec end
     U.print_json(baton.json.array(list))
   else
     local rows = {}

@@ -24,7 +24,7 @@ local USAGES = {
 local USAGE = "baton policy put|ls|show|rm ..."
 for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       " .. USAGES[k] end
 local current
-local NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
+local NAME_RULE = U.NAME_RULE
 
 local function die(sub, what, err) return A.die("policy " .. sub .. (what and (" " .. what) or "") .. ": " .. err) end
 local function usage(msg)
@@ -108,16 +108,7 @@ end
 local sub = {}
 
 function sub.put(pos, opts)
-  local file = pos[2]
-  if not file then return usage("needs a FILE") end
-  if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
-  local name = opts.name or U.base_name(file)
-  if not job.valid_name(name) then
-    return usage(format("invalid policy name \"%s\" (%s)%s", name, NAME_RULE,
-      opts.name and "" or "; choose one with --name"))
-  end
-  local source, err = U.read_file(file)
-  if not source then return die("put", file, err) end
+  local name, source, file = U.put_args(pos, opts, "policy", usage, die)
   local mod, verr = policy.load(source, name, file)
   if not mod then return die("put", file, verr) end
   local ok, lines = policy.selftest(mod)

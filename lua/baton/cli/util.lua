@@ -103,6 +103,25 @@ function M.read_file(path)
   return s
 end
 
+M.NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
+
+-- The FILE and --name of `baton job put` / `baton policy put`: returns
+-- name, source; or calls usage(msg) / die(sub, what, err) (which exit).
+-- kind is "job" or "policy".
+function M.put_args(pos, opts, kind, usage, die)
+  local file = pos[2]
+  if not file then return usage("needs a FILE") end
+  if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
+  local name = opts.name or M.base_name(file)
+  if not require("baton.job").valid_name(name) then
+    return usage(format("invalid %s name \"%s\" (%s)%s", kind, name, M.NAME_RULE,
+      opts.name and "" or "; choose one with --name"))
+  end
+  local source, err = M.read_file(file)
+  if not source then return die("put", file, err) end
+  return name, source, file
+end
+
 -- The base name of a path without its .lua extension.
 function M.base_name(path)
   return (path:match("([^/]*)$"):gsub("%.lua$", ""))
