@@ -28,6 +28,8 @@
   XX(EAI_NONAME, UV_EAI_NONAME, "unknown host")                               \
   XX(EIO, UV_EIO, "i/o error")                                                \
   XX(EBUSY, UV_EBUSY, "resource busy")                                        \
+  XX(EOF, UV_EOF, "end of file")                                              \
+  XX(EBADF, UV_EBADF, "bad file descriptor")                                  \
   XX(ECLOSED, -4201, "handle already closed")                                 \
   XX(EHTTP, -4202, "unexpected http response")                               \
   XX(ETLS, -4203, "tls error")                                                \

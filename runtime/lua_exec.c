@@ -617,6 +617,10 @@ typedef struct {
   proc_t *p;              /* NULL only if spawning failed */
 } pbox_t;
 
+/* Children started by baton.spawn that have not exited yet (one runtime
+ * per process). */
+static int live_children;
+
 static void proc_unref(proc_t *p) {
   if (--p->refs == 0) free(p);
 }
@@ -647,6 +651,7 @@ static void pwait_end(pwait_t *w) {
 static void on_proc_exit(uv_process_t *h, int64_t status, int sig) {
   proc_t *p = h->data;
   p->exited = 1;
+  live_children--;
   p->exit_status = status;
   p->term_sig = sig;
   if (p->has_closer) {
@@ -694,19 +699,28 @@ static proc_t *check_proc(lua_State *L) {
   return b->p;
 }
 
-/* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null"} */
+/* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null",
+ * channel=true} */
 static int l_spawn(lua_State *L) {
-  static const char *const opts[] = {"env", "cwd", "stdio", NULL};
+  static const char *const opts[] = {"env", "cwd", "stdio", "channel", NULL};
   uv_process_options_t po;
-  uv_stdio_container_t stdio[3];
+  uv_stdio_container_t stdio[4];
   cmdline_t c;
-  int null_stdio = 0, rc, i;
+  int null_stdio = 0, channel = 0, rc, i;
+  uv_stream_t *chan = NULL;
   size_t cmd_len;
   pbox_t *b;
   proc_t *p;
 
-  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=}",
-                opts, "env, cwd or stdio", &c);
+  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=}",
+                opts, "env, cwd, stdio or channel", &c);
+  lua_getfield(L, 1, "channel");
+  if (lua_isboolean(L, -1))
+    channel = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1))
+    return luaL_error(L, "baton.spawn: channel must be a boolean (got %s)",
+                      luaL_typename(L, -1));
+  lua_pop(L, 1);
   lua_getfield(L, 1, "stdio");
   if (lua_type(L, -1) == LUA_TSTRING) {
     const char *s = lua_tostring(L, -1);
@@ -726,6 +740,14 @@ static int l_spawn(lua_State *L) {
   b->p = NULL;
   luaL_getmetatable(L, PROC_MT);
   lua_setmetatable(L, -2);
+  /* The box's environment holds its channel: p.channel. */
+  lua_newtable(L);
+  if (channel) {
+    chan = bt__chan_new(L);
+    if (!chan) return bt_push_fail(L, BT_ENOMEM, NULL);
+    lua_setfield(L, -2, "channel");
+  }
+  lua_setfenv(L, -2);
 
   /* C memory last */
   cmd_len = strlen(c.argv[0]);
@@ -747,6 +769,11 @@ static int l_spawn(lua_State *L) {
   po.cwd = c.cwd;
   po.flags = UV_PROCESS_DETACHED;
   po.stdio_count = 3;
+  if (chan) {
+    stdio[3].flags = UV_CREATE_PIPE | UV_READABLE_PIPE | UV_WRITABLE_PIPE;
+    stdio[3].data.stream = chan;
+    po.stdio_count = 4;
+  }
   po.stdio = stdio;
   po.exit_cb = on_proc_exit;
 
@@ -754,6 +781,12 @@ static int l_spawn(lua_State *L) {
   fflush(stdout);
   fflush(stderr);
   rc = uv_spawn(bt_lua_loop(L), &p->proc, &po);
+  if (chan) {
+    lua_getfenv(L, -1);
+    lua_getfield(L, -1, "channel");
+    bt__chan_started(L, -1, rc == 0);
+    lua_pop(L, 2);
+  }
   if (rc) {
     /* uv_spawn initialised the handle even though it failed. */
     p->refs = 1;
@@ -762,6 +795,7 @@ static int l_spawn(lua_State *L) {
   }
   p->refs = 2;
   p->pid = p->proc.pid;
+  live_children++;
   p->closer.close = proc_closer;
   p->has_closer = 1;
   bt_rt_add_closer(p->rt, &p->closer);
@@ -864,6 +898,11 @@ static int l_proc_index(lua_State *L) {
     lua_pushinteger(L, p->pid);
     return 1;
   }
+  if (lua_type(L, 2) == LUA_TSTRING && !strcmp(lua_tostring(L, 2), "channel")) {
+    lua_getfenv(L, 1);
+    lua_getfield(L, -1, "channel");
+    return 1;
+  }
   lua_getmetatable(L, 1);
   lua_getfield(L, -1, "methods");
   lua_pushvalue(L, 2);
@@ -895,6 +934,12 @@ static int l_proc_gc(lua_State *L) {
   return 0;
 }
 
+/* baton._children(): children of baton.spawn still running. */
+static int l_children(lua_State *L) {
+  lua_pushinteger(L, live_children);
+  return 1;
+}
+
 int bt_lua_open_exec(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"wait", l_proc_wait}, {"kill", l_proc_kill}, {"done", l_proc_done},
@@ -923,5 +968,7 @@ int bt_lua_open_exec(lua_State *L) {
   lua_setfield(L, -2, "exec");
   lua_pushcfunction(L, l_spawn);
   lua_setfield(L, -2, "spawn");
+  lua_pushcfunction(L, l_children);
+  lua_setfield(L, -2, "_children");
   return 0;
 }

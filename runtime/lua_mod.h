@@ -18,6 +18,15 @@ int bt_lua_open_exec(lua_State *L);   /* baton.exec, baton.spawn */
 int bt_lua_open_http(lua_State *L);   /* baton.http */
 int bt_lua_open_cron(lua_State *L);   /* baton.cron */
 int bt_lua_open_signal(lua_State *L); /* baton.signal */
+int bt_lua_open_chan(lua_State *L);   /* baton.channel */
+
+/* The parent's end of a spawn channel (lua_chan.c): bt__chan_new pushes a
+ * channel object and returns its pipe, to be given to uv_spawn as a
+ * UV_CREATE_PIPE stream; bt__chan_started(L, idx, ok) then starts reading
+ * (ok) or closes it (the spawn failed). */
+struct uv_stream_s;
+struct uv_stream_s *bt__chan_new(lua_State *L);
+void bt__chan_started(lua_State *L, int idx, int ok);
 
 /* Signal names, shared by baton.signal and process:kill (lua_signal.c):
  * the number of "SIGTERM" and the like (0 if unknown), and the name of a

@@ -373,10 +373,111 @@ static int l_go(lua_State *L) {
   return 1;
 }
 
+/* baton._cond(): a condition for coroutines of this process.
+ * c:wait() suspends the caller until c:signal() (wakes the longest waiter;
+ * returns whether there was one) or c:broadcast() (wakes all). */
+#define COND_MT "baton.cond"
+
+typedef struct cwait_s {
+  struct cwait_s *prev, *next;
+  struct cond_s *c;
+  bt_co_t *co;
+} cwait_t;
+
+typedef struct cond_s {
+  cwait_t *head, *tail;
+} cond_t;
+
+static void cwait_unlink(cwait_t *w) {
+  cond_t *c = w->c;
+  if (w->prev) w->prev->next = w->next;
+  else c->head = w->next;
+  if (w->next) w->next->prev = w->prev;
+  else c->tail = w->prev;
+}
+
+static void cwait_cancel(void *data) {
+  cwait_t *w = data;
+  if (w->c) cwait_unlink(w);
+  free(w);
+}
+
+static int l_cond_wait(lua_State *L) {
+  cond_t *c = luaL_checkudata(L, 1, COND_MT);
+  bt_co_t *co = bt_co_current(L, "baton.cond:wait");
+  cwait_t *w = calloc(1, sizeof(*w));
+  if (!w) return bt_push_fail(L, BT_ENOMEM, NULL);
+  w->c = c;
+  w->co = co;
+  w->prev = c->tail;
+  if (c->tail) c->tail->next = w;
+  else c->head = w;
+  c->tail = w;
+  return bt_co_wait(L, co, cwait_cancel, w);
+}
+
+static int wake_one(cond_t *c) {
+  cwait_t *w = c->head;
+  bt_co_t *co;
+  if (!w) return 0;
+  cwait_unlink(w);
+  co = w->co;
+  free(w);
+  lua_pushboolean(bt_co_stack(co), 1);
+  bt_co_resume(co, 1);
+  return 1;
+}
+
+static int l_cond_signal(lua_State *L) {
+  lua_pushboolean(L, wake_one(luaL_checkudata(L, 1, COND_MT)));
+  return 1;
+}
+
+static int l_cond_broadcast(lua_State *L) {
+  cond_t *c = luaL_checkudata(L, 1, COND_MT);
+  while (wake_one(c)) {}
+  return 0;
+}
+
+/* Waiters left when the condition is collected stay suspended until they
+ * are killed; they no longer point at it. */
+static int l_cond_gc(lua_State *L) {
+  cond_t *c = luaL_checkudata(L, 1, COND_MT);
+  cwait_t *w;
+  for (w = c->head; w; w = w->next) w->c = NULL;
+  c->head = c->tail = NULL;
+  return 0;
+}
+
+static int l_cond(lua_State *L) {
+  cond_t *c = lua_newuserdata(L, sizeof(*c));
+  c->head = c->tail = NULL;
+  if (luaL_newmetatable(L, COND_MT)) {
+    static const luaL_Reg methods[] = {
+      {"wait", l_cond_wait}, {"signal", l_cond_signal},
+      {"broadcast", l_cond_broadcast}, {NULL, NULL}
+    };
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_cond_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+/* baton._coroutines(): how many coroutines live (a pooled worker checks
+ * that a run left none behind). */
+static int l_coroutines(lua_State *L) {
+  lua_pushinteger(L, bt_rt_ncoroutines(bt_rt_from(L)));
+  return 1;
+}
+
 int bt_lua_open_core(lua_State *L) {
   static const luaL_Reg fns[] = {
     {"sleep", l_sleep}, {"now", l_now}, {"monotime", l_monotime}, {"go", l_go},
-    {"exit", l_exit},
+    {"exit", l_exit}, {"_coroutines", l_coroutines}, {"_cond", l_cond},
     {NULL, NULL}
   };
   const luaL_Reg *f;
@@ -432,7 +533,7 @@ static int open_baton(lua_State *L) {
   int (*opens[])(lua_State *) = {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
     bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
-    NULL
+    bt_lua_open_chan, NULL
   };
   int i;
 

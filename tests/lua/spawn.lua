@@ -261,12 +261,12 @@ end
 -- misuse raises
 do
   T.error_like(function() baton.spawn("ls") end,
-    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=}",
+    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=}",
     "not a table")
   T.error_like(function() baton.spawn{} end,
     "^baton%.spawn: no command", "empty table")
   T.error_like(function() baton.spawn{"sleep", "1", timeout = 1} end,
-    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd or stdio%)",
+    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio or channel%)",
     "timeout is not a spawn option")
   T.error_like(function() baton.spawn{"ls", stdio = "pipe"} end,
     '^baton%.spawn: stdio must be "inherit" or "null" %(got "pipe"%)',
