@@ -5,8 +5,9 @@
 -- the listed revision + 1; re-list and apply the difference after a
 -- compaction), one scheduling coroutine per job, and claims: an instant runs
 -- only on the node whose transaction creates P runs/<job>/<instant>. Runs
--- execute in worker processes (`baton worker`), so nothing a job does can
--- stall the conductor's keepalives, watches and timers.
+-- execute in a pool of worker processes (`baton worker`, node/pool.lua), so
+-- nothing a job does can stall the conductor's keepalives, watches and
+-- timers.
 --
 -- Runs, attempts and their keys: lua/baton/node/runs.lua. Housekeeping by
 -- the elected leader (orphaned runs, misfires, history): node/leader.lua.
@@ -17,12 +18,15 @@ local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
+local pool = require "baton.node.pool"
 local policymod = require "baton.policy"
 local json = baton.json
 
 local format, floor = string.format, math.floor
 
 local M = {}
+
+M.WORKERS = 16 -- runs at once on a node unless --workers says otherwise
 
 local function log(level, msg, fields)
   baton.log[level](msg, fields)
@@ -132,8 +136,7 @@ local function run_instant(self, name, j, fire, immediate)
           local k = self.e:get(runs.keys(self.P, name, run.id).run, { count_only = true })
           if not k or k.count > 0 or self.stopping or self.jobs[name] ~= j or j.paused then return end
         end
-        local fence, rec = runs.claim(self, run)
-        if fence then runs.execute(self, run, fence, rec) end
+        runs.start(self, run)
       end)
     end
     return
@@ -145,8 +148,7 @@ local function run_instant(self, name, j, fire, immediate)
     if exists and exists.count > 0 then return end
     runs.replace_active(self, run)
   end
-  local fence, rec = runs.claim(self, run)
-  if fence then runs.execute(self, run, fence, rec) end
+  runs.start(self, run)
 end
 
 -- One instant came due on this node: wait the policy's delay, then claim
@@ -178,13 +180,12 @@ local function on_trigger(self, key, value)
   local ms = math.floor(at * 1000) % 1000
   local run = { job = name, id = util.instant(at):sub(1, -2) .. string.format(".%03dZ", ms),
                 fire = at, spec = j.spec, manual = true }
-  local fence, rec = runs.claim(self, run, {
+  runs.start(self, run, {
     force = req.force == true,
     extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
     extra_success = { { delete = { key = key } } },
     skip_ops = { { delete = { key = key } } },
   })
-  if fence then runs.execute(self, run, fence, rec) end
 end
 
 -- The timetable: one min-heap of (next instant, job version) for the whole
@@ -507,7 +508,7 @@ function M.run(opts)
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0, queues = {},
     timetable = {}, policies = {}, bad_policies = {},
-    grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or 4,
+    grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
   self.policy_for = function(spec) return policy_for(self, spec) end
@@ -517,6 +518,7 @@ function M.run(opts)
   self.run_instant = function(name, j, fire, immediate) return run_instant(self, name, j, fire, immediate) end
   local ok, err = join(self)
   if not ok then return nil, "node " .. self.name .. ": " .. err end
+  self.pool = pool.new(self)
   self.nodes[self.name] = { name = self.name, labels = self.labels }
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P })
@@ -562,6 +564,7 @@ function M.run(opts)
                                                     running = self.nrunning })
   local deadline = baton.monotime() + self.grace * 2
   stop_workers(self, "SIGTERM")
+  self.pool:stop()
   while self.nrunning > 0 and baton.monotime() < deadline do baton.sleep(0.1) end
   stop_workers(self, "SIGKILL")
   self.s:close()

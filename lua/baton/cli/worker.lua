@@ -1,29 +1,35 @@
--- baton worker: runs one claimed job run for `baton node` (not for direct
--- use). The node passes the run in BATON_RUN (JSON: job, fire, fence,
--- attempt, node, code_revision, deadline, marker, result, id, task); the
--- worker loads
--- the job's source at the revision the node loaded, calls run(ctx), and
--- writes {ok=, error=} to the result file. Being a process of its own, a
--- job that loops, blocks or crashes costs this worker only.
+-- baton worker: a pooled worker process of `baton node` (not for direct
+-- use). The node starts it with a channel (baton.spawn{..., channel = true})
+-- and sends one message per line:
+--
+--   node -> worker  {"run": {job, id, fire, fence, attempt, node,
+--                    code_revision, deadline, marker, task, shard}}
+--   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
+--                    "retire": bool}
+--
+-- One run at a time. For each run the worker reads the job's source at the
+-- revision the node loaded (kept in a small cache), compiles it in a fresh
+-- environment and calls run(ctx) with the full Lua API. SIGTERM asks the
+-- current run to stop (ctx:cancelled()). A run that leaves coroutines or
+-- child processes behind makes the worker retire (exit after its reply), so
+-- the next run starts clean; the node kills a worker whose run timed out and
+-- starts a fresh one. When the channel closes (the node stopped) the worker
+-- exits; if the node dies, the kernel kills the worker (PR_SET_PDEATHSIG).
 local baton = require "baton"
 local jobmod = require "baton.job"
+local runs = require "baton.node.runs"
 local util = require "baton.cli.util"
 local json = baton.json
 
-local function finish(path, ok, err, recorded)
-  local f = io.open(path, "w")
-  if f then
-    f:write(json.encode { ok = ok, error = err and tostring(err) or json.null,
-                          recorded = recorded or false })
-    f:close()
-  end
-  baton.exit(ok and 0 or 1)
+local SOURCE_CACHE = 64 -- job sources kept, by job and revision
+
+local function opt(v)
+  return v ~= json.null and type(v) == "table" and v or nil
 end
 
 -- Records a success right here, guarded by the run's fence, so that a run
 -- that completed is recorded even if the node froze after it.
 local function record_success(run, started)
-  local runs = require "baton.node.runs"
   local P = util.prefix()
   local k = runs.keys(P, run.job, run.id)
   local r = baton.etcd:get(k.run)
@@ -31,14 +37,13 @@ local function record_success(run, started)
   if not ok or type(rec) ~= "table" or rec.attempt ~= run.attempt then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now(), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
-  local task = run.task ~= json.null and type(run.task) == "table" and run.task or nil
-  return runs.record_end(baton.etcd, P, { job = run.job, id = run.id, task = task },
+  return runs.record_end(baton.etcd, P, { job = run.job, id = run.id, task = opt(run.task) },
                          run.fence, rec) ~= nil
 end
 
 -- A worker must not outlive its node: if the node dies (even by SIGKILL),
--- the kernel kills the worker (PR_SET_PDEATHSIG), so a dead node's runs stop
--- and the leader can run them elsewhere.
+-- the kernel kills the worker, so a dead node's runs stop and the leader
+-- can run them elsewhere.
 local function die_with_parent(node_pid)
   local ok, ffi = pcall(require, "ffi")
   if not ok then return end
@@ -50,29 +55,26 @@ local function die_with_parent(node_pid)
   if node_pid and ffi.C.getppid() ~= node_pid then os.exit(1) end
 end
 
-return function()
-  local run = json.decode(os.getenv("BATON_RUN") or "")
-  if type(run) ~= "table" then
-    io.stderr:write("baton: worker: started without a run (BATON_RUN); this command is for baton node\n")
-    return baton.exit(2)
-  end
-  die_with_parent(run.node_pid)
-  local e = baton.etcd
+local sources, nsources = {}, 0
+
+-- The job's source at the revision the node loaded.
+local function source(run)
+  local ck = run.job .. "@" .. tostring(run.code_revision)
+  if sources[ck] then return sources[ck] end
   local key = util.prefix() .. "jobs/" .. run.job
-  local r, err = e:get(key, { revision = run.code_revision })
+  local r, err = baton.etcd:get(key, { revision = run.code_revision })
   local kv = r and r.kvs[1]
   if not kv then
-    return finish(run.result, false, "cannot read the job source at revision "
-      .. tostring(run.code_revision) .. ": " .. tostring(err or "not found"))
+    return nil, "cannot read the job source at revision " .. tostring(run.code_revision)
+      .. ": " .. tostring(err or "not found")
   end
-  local spec, lerr = jobmod.load(kv.value, run.job, kv.mod_revision)
-  if not spec then return finish(run.result, false, lerr) end
+  if nsources >= SOURCE_CACHE then sources, nsources = {}, 0 end
+  sources[ck] = { text = kv.value, revision = kv.mod_revision }
+  nsources = nsources + 1
+  return sources[ck]
+end
 
-  local cancelled = false
-  baton.go(function()
-    baton.signal { "SIGTERM", "SIGINT" }
-    cancelled = true
-  end)
+local function context(run, state)
   local fields = { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
                    attempt = run.attempt }
   local function logger(level)
@@ -85,20 +87,18 @@ return function()
   end
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
-    deadline = run.deadline, fence = run.fence,
-    task = run.task ~= json.null and type(run.task) == "table" and run.task or nil,
-    shard = run.shard ~= json.null and type(run.shard) == "table" and run.shard or nil,
+    deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     log = { info = logger("info"), warn = logger("warn"), error = logger("error"),
             debug = logger("debug") },
   }
-  function ctx:cancelled() return cancelled end
+  function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
   -- lease-bound marker must still be the one created with the claim.
   function ctx:put_fenced(k, v)
     if type(k) ~= "string" or type(v) ~= "string" then
       error("put_fenced: string key and value expected", 2)
     end
-    local t, terr, code = e:txn {
+    local t, terr, code = baton.etcd:txn {
       compare = { { key = run.marker, target = "create", op = "==", value = run.fence } },
       success = { { put = { key = k, value = v } } },
     }
@@ -108,9 +108,59 @@ return function()
     end
     return true
   end
+  return ctx
+end
+
+-- Runs one run; returns the reply for the node.
+local function execute(run, state)
+  local src, serr = source(run)
+  if not src then return { ok = false, error = serr } end
+  local spec, lerr = jobmod.load(src.text, run.job, src.revision)
+  if not spec then return { ok = false, error = lerr } end
   local started = baton.now()
-  local ok, rerr = pcall(spec.run, ctx)
-  if ok and cancelled then return finish(run.result, false, "cancelled") end
-  if ok then return finish(run.result, true, nil, record_success(run, started)) end
-  finish(run.result, false, rerr)
+  local ok, rerr = pcall(spec.run, context(run, state))
+  -- A stop request may have ended what the run waited on (SIGTERM kills
+  -- the children of the worker's group too): let it be seen first, and
+  -- count a run that ends past its deadline as timed out.
+  baton.sleep(0)
+  if not ok then return { ok = false, error = tostring(rerr) } end
+  if state.cancelled then return { ok = false, error = "cancelled" } end
+  if run.deadline and baton.now() >= run.deadline then
+    return { ok = false, error = "timed out" }
+  end
+  return { ok = true, recorded = record_success(run, started) }
+end
+
+return function()
+  local ch = baton.channel()
+  if not ch then
+    io.stderr:write("baton: worker: started without a channel; this command is for baton node\n")
+    return baton.exit(2)
+  end
+  die_with_parent(tonumber(os.getenv("BATON_NODE_PID")))
+  local state = {}
+  baton.go(function()
+    while true do
+      baton.signal { "SIGTERM", "SIGINT" }
+      state.cancelled = true
+    end
+  end)
+  while true do
+    local line = ch:recv()
+    if not line then return baton.exit(0) end
+    local okd, msg = pcall(json.decode, line)
+    local run = okd and type(msg) == "table" and opt(msg.run)
+    if run and not state.busy then
+      state.busy, state.cancelled = true, false
+      local before = baton._coroutines()
+      baton.go(function()
+        local reply = execute(run, state)
+        -- Of the run, only this coroutine may be left.
+        reply.retire = baton._coroutines() > before + 1 or baton._children() > 0
+        state.busy = false
+        ch:send(json.encode(reply))
+        if reply.retire then baton.exit(0) end
+      end)
+    end
+  end
 end

@@ -28,15 +28,12 @@ local function take(self, q, key, value)
   local delay = self.claim_delay(name, j.spec, key)
   if delay == nil then qs.seen[key] = nil; return end
   if delay > 0 then baton.sleep(delay) end
-  while self.nrunning >= self.max_workers and not self.stopping do baton.sleep(0.05) end
-  if self.stopping then return end
   local run = { job = name, id = id, fire = baton.now(), spec = j.spec,
                 task = { key = key, value = value } }
-  local fence, rec = runs.claim(self, run, {
+  runs.start(self, run, {
     force = true, -- tasks of one queue run in parallel by design
     extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
   })
-  if fence then runs.execute(self, run, fence, rec) end
   qs.seen[key] = nil
 end
 

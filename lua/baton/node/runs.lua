@@ -187,60 +187,58 @@ function M.record_end(e, P, run, fence, rec, retry_at)
   return nil
 end
 
--- Runs attempt rec of run in a worker process (the claim is done), records
--- its end, and retries while the retry policy says so.
-function M.execute(self, run, fence, rec)
+-- One attempt in a pooled worker. Returns the reason it failed (nil if it
+-- succeeded) and whether the worker already recorded the success.
+local function attempt(self, run, fence, rec)
+  local spec, pool = run.spec, self.pool
+  local w, err = pool:get()
+  if not w then return "cannot start a worker: " .. tostring(err) end
+  self.workers[w.p] = run
+  run.process = w.p
+  local reply, ended = pool:call(w, {
+    job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
+    node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
+    marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
+    shard = run.shard or json.null,
+  }, rec.started + spec.timeout - baton.now())
+  local why
+  if ended == "timeout" then
+    -- Cooperative cancel first (ctx:cancelled() turns true), then SIGKILL;
+    -- the worker is not reused either way.
+    w.p:kill("SIGTERM")
+    reply = pool:late_reply(w, self.grace)
+    if reply and reply.ok then
+      reply.retire = true -- it finished in time after all; a fresh worker follows
+    else
+      reply, why = nil, format("timed out after %g s", spec.timeout)
+    end
+  end
+  self.workers[w.p] = nil
+  run.process = nil
+  pool:put(w, reply and not reply.retire and not run.cancelled_by and not self.stopping)
+  if run.cancelled_by then return "replaced by run " .. run.cancelled_by end
+  if why then return why end
+  if reply then
+    if reply.ok then return nil, reply.recorded end
+    return reply.error ~= json.null and reply.error or "failed"
+  end
+  if ended.signal then return format("worker killed by signal %d", ended.signal) end
+  if ended.error then return "worker lost: " .. tostring(ended.error) end
+  return format("worker exited with status %d", ended.code)
+end
+
+-- Runs attempt rec of run (the claim is done) in a worker, records its end,
+-- and retries while the retry policy says so. The run holds one of the
+-- node's worker slots (--workers) while it executes; has_slot says the
+-- caller took it already.
+function M.execute(self, run, fence, rec, has_slot)
   local spec, P = run.spec, self.P
+  if not has_slot and not self.pool:acquire() then return end
   while true do
-    local k = M.keys(P, run.job, run.id)
-    local result = os.tmpname()
-    local cfg = baton.config or {}
     local f = fields_of(self, run, { fence = fence, revision = spec.revision })
     log("info", "run started", f)
-    local env = {
-      BATON_RUN = json.encode {
-        job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
-        node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
-        marker = k.marker, result = result, task = run.task or json.null,
-        shard = run.shard or json.null, node_pid = self.pid,
-      },
-      BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = P, BATON_USER = cfg.user,
-      BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
-      BATON_KEY = cfg.key,
-    }
     self.nrunning = self.nrunning + 1
-    local p, err = baton.spawn { baton._exe, "worker", env = env }
-    local why, recorded
-    if not p then
-      why = "cannot start a worker: " .. tostring(err)
-    else
-      self.workers[p] = run
-      run.process = p
-      local r = p:wait(spec.timeout)
-      if not r then
-        -- Cooperative cancel first (ctx:cancelled() turns true), then SIGKILL.
-        p:kill("SIGTERM")
-        r = p:wait(self.grace)
-        if not r then p:kill("SIGKILL"); r = p:wait() end
-        why = format("timed out after %g s", spec.timeout)
-      end
-      self.workers[p] = nil
-      run.process = nil
-      local fh = io.open(result)
-      local out = fh and fh:read("*a")
-      if fh then fh:close() end
-      local res = out and out ~= "" and json.decode(out)
-      recorded = res and res.ok and res.recorded
-      if run.cancelled_by then
-        why = "replaced by run " .. run.cancelled_by
-      elseif not why then
-        if res and res.ok then why = nil
-        elseif res then why = res.error or "failed"
-        elseif r.signal then why = format("worker killed by signal %d", r.signal)
-        else why = format("worker exited with status %d", r.code) end
-      end
-    end
-    os.remove(result)
+    local why, recorded = attempt(self, run, fence, rec)
     self.nrunning = self.nrunning - 1
     rec.state = why and "failed" or "succeeded"
     rec.finished, rec.error = baton.now(), why
@@ -253,22 +251,39 @@ function M.execute(self, run, fence, rec)
     if recorded then rev = true
     else rev = M.record_end(self.e, P, run, fence, rec, retry_at) end
     f.state, f.error, f.duration = state_for_log, why, format("%.3f", rec.duration)
-    if not rev then
-      f.reason = "the claim was lost (lease expired or run taken over)"
-      log("error", "run result not recorded", f)
-      return
-    end
-    if not retry_at then
-      log(state_for_log == "succeeded" and "info" or "warn", "run ended", f)
+    if not rev or not retry_at then
+      self.pool:release()
+      if not rev then
+        f.reason = "the claim was lost (lease expired or run taken over)"
+        log("error", "run result not recorded", f)
+      else
+        log(state_for_log == "succeeded" and "info" or "warn", "run ended", f)
+      end
       return
     end
     f.retry_in = format("%.2f", delay)
     log("warn", "run failed; retrying", f)
+    -- The slot is free while the run waits for its next attempt.
+    self.pool:release()
     baton.sleep(delay)
     if self.stopping then return end
     fence, rec = M.claim_next(self, run, rec, rev)
     if not fence then return end
+    if not self.pool:acquire() then return end
   end
+end
+
+-- Takes a worker slot, claims attempt 1 of run (see M.claim) and executes
+-- it. Returns whether this node ran it.
+function M.start(self, run, opts)
+  if not self.pool:acquire() then return false end
+  local fence, rec = M.claim(self, run, opts)
+  if not fence then
+    self.pool:release()
+    return false
+  end
+  M.execute(self, run, fence, rec, true)
+  return true
 end
 
 -- Stops a local run on request (replace): cooperative cancel, then kill.
@@ -279,7 +294,8 @@ function M.cancel_local(self, job, id, by)
       log("info", "run cancelled", { job = job, instant = id, node = self.name, by = by })
       p:kill("SIGTERM")
       baton.go(function()
-        if not p:wait(self.grace) then p:kill("SIGKILL") end
+        baton.sleep(self.grace)
+        if self.workers[p] == run then p:kill("SIGKILL") end
       end)
     end
   end

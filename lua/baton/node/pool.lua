@@ -1,0 +1,132 @@
+-- The worker pool of a node (design.md section 3): long-lived `baton worker`
+-- processes, each running one run at a time, reached over a channel
+-- (baton.spawn{..., channel = true}, one JSON message per line; the protocol
+-- is in lua/baton/cli/worker.lua).
+--
+-- --workers N caps how many runs the node executes at once (scheduled,
+-- manual and queue runs alike): a run takes a slot before it is claimed, so
+-- a saturated node leaves instants to the others. Workers start on demand,
+-- are reused, and an idle one is stopped after IDLE_STOP seconds (one is
+-- kept). A worker whose run timed out, was cancelled, or left coroutines or
+-- child processes behind is not reused: it is killed or retires, and the
+-- next run gets a fresh one.
+local baton = require "baton"
+local json = baton.json
+
+local IDLE_STOP = 60
+
+local Pool = {}
+Pool.__index = Pool
+
+local M = {}
+
+function M.new(node)
+  local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
+                              waiting = 0, freed = baton._cond() }, Pool)
+  baton.go(function()
+    while not node.stopping do
+      baton.sleep(IDLE_STOP / 4)
+      self:trim(IDLE_STOP)
+    end
+  end)
+  return self
+end
+
+-- Takes a run slot, waiting (first come, first served) while all are
+-- taken. Returns false once the pool is stopped.
+function Pool:acquire()
+  if self.closed then return false end
+  if self.slots >= self.max or self.waiting > 0 then
+    self.waiting = self.waiting + 1
+    self.freed:wait()
+    self.waiting = self.waiting - 1
+  else
+    self.slots = self.slots + 1
+  end
+  return not self.closed
+end
+
+-- Frees a slot: the longest waiter takes it over.
+function Pool:release()
+  if self.closed or not self.freed:signal() then self.slots = self.slots - 1 end
+end
+
+-- The node is stopping: every waiter gives up, idle workers exit.
+function Pool:stop()
+  self.closed = true
+  self.freed:broadcast()
+  self:trim(0)
+end
+
+local function env(node)
+  local cfg = baton.config or {}
+  return {
+    BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = node.P, BATON_USER = cfg.user,
+    BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
+    BATON_KEY = cfg.key, BATON_NODE_PID = tostring(node.pid),
+  }
+end
+
+-- An idle worker, or a new one.
+function Pool:get()
+  while #self.idle > 0 do
+    local w = table.remove(self.idle)
+    if not w.p:done() then return w end
+    w.ch:close() -- it died while idle
+  end
+  local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true }
+  if not p then return nil, err end
+  return { p = p, ch = p.channel }
+end
+
+-- Gives w back after a run; a worker that must not be reused is stopped.
+function Pool:put(w, reuse)
+  if reuse and not w.p:done() and not self.node.stopping then
+    w.since = baton.monotime()
+    self.idle[#self.idle + 1] = w
+  else
+    w.ch:close()
+    if not w.p:done() then w.p:kill("SIGKILL") end
+  end
+end
+
+-- Stops the workers idle for longer than secs (all of them with secs = 0),
+-- keeping the most recently used one unless secs is 0.
+function Pool:trim(secs)
+  local now, keep = baton.monotime(), {}
+  for i, w in ipairs(self.idle) do
+    if secs > 0 and (i == #self.idle or now - w.since < secs) then
+      keep[#keep + 1] = w
+    else
+      w.ch:close() -- the worker exits at the end of its channel
+    end
+  end
+  self.idle = keep
+end
+
+-- Runs msg (the run for the worker) on w. Returns the worker's reply, or
+-- nil and the process's exit ({code, signal}) if the worker ended first, or
+-- nil and "timeout" if timeout seconds passed (the worker still runs).
+function Pool:call(w, msg, timeout)
+  local ok, err = w.ch:send(json.encode { run = msg })
+  if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
+  local line, rerr, code = w.ch:recv(math.max(timeout, 0.001))
+  if not line then
+    if code == "ETIMEDOUT" then return nil, "timeout" end
+    return nil, w.p:wait(5) or { code = -1, error = rerr }
+  end
+  local dok, reply = pcall(json.decode, line)
+  if not dok or type(reply) ~= "table" then
+    return { ok = false, error = "the worker sent a malformed reply", retire = true }
+  end
+  return reply
+end
+
+-- After a timeout: the result the worker sends within secs, if any.
+function Pool:late_reply(w, secs)
+  local line = w.ch:recv(secs)
+  local ok, reply = pcall(json.decode, line or "")
+  return ok and type(reply) == "table" and reply or nil
+end
+
+return M
