@@ -3,7 +3,7 @@
 -- and sends one message per line:
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, deadline, marker, task, shard}}
+--                    code_revision, deadline, marker, task, shard, record}}
 --   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
 --                    "retire": bool}
 --
@@ -21,23 +21,21 @@ local runs = require "baton.node.runs"
 local util = require "baton.cli.util"
 local json = baton.json
 
-local SOURCE_CACHE = 64 -- job sources kept, by job and revision
+local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
 
 -- Records a success right here, guarded by the run's fence, so that a run
--- that completed is recorded even if the node froze after it.
+-- that completed is recorded even if the node froze after it. The node
+-- sent the record as it claimed it.
 local function record_success(run, started)
-  local P = util.prefix()
-  local k = runs.keys(P, run.job, run.id)
-  local r = baton.etcd:get(k.run)
-  local ok, rec = pcall(json.decode, r and r.kvs[1] and r.kvs[1].value or "")
-  if not ok or type(rec) ~= "table" or rec.attempt ~= run.attempt then return false end
+  local rec = opt(run.record)
+  if not rec or rec.attempt ~= run.attempt then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now(), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
-  return runs.record_end(baton.etcd, P, { job = run.job, id = run.id, task = opt(run.task) },
+  return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task) },
                          run.fence, rec) ~= nil
 end
 
@@ -68,9 +66,9 @@ local function source(run)
     return nil, "cannot read the job source at revision " .. tostring(run.code_revision)
       .. ": " .. tostring(err or "not found")
   end
-  if nsources >= SOURCE_CACHE then sources, nsources = {}, 0 end
+  if nsources + #kv.value > SOURCE_CACHE then sources, nsources = {}, 0 end
   sources[ck] = { text = kv.value, revision = kv.mod_revision }
-  nsources = nsources + 1
+  nsources = nsources + #kv.value
   return sources[ck]
 end
 

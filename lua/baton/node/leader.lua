@@ -75,13 +75,35 @@ local function check_inflight(self, job, id)
   if fence then baton.go(runs.execute, self, run, fence, nrec) end
 end
 
-local function scan_inflight(self)
+-- Markers deleted (job, id pairs): a run ended, or its node's lease did.
+-- Checked in batches: one read of the inflight/ keys, then only the runs
+-- still in flight (their node is gone) are looked at.
+local function check_ended(self, ended)
   local P = self.P
   local r = self.e:get(P .. "inflight/", { prefix = true, keys_only = true })
   if not r then return end
-  for _, kv in ipairs(r.kvs) do
-    local job, id = kv.key:sub(#P + 10):match("^([^/]+)/(.+)$")
-    if job then check_inflight(self, job, id) end
+  local live = {}
+  for _, kv in ipairs(r.kvs) do live[kv.key] = true end
+  for _, x in ipairs(ended) do
+    if live[P .. "inflight/" .. x[1] .. "/" .. x[2]] then check_inflight(self, x[1], x[2]) end
+  end
+end
+
+-- Every run in flight whose marker is gone (two reads, whatever the number
+-- of runs), then those runs one by one.
+local function scan_inflight(self)
+  local P, e = self.P, self.e
+  local r = e:txn { success = { { get = { key = P .. "inflight/", range_end = P .. "inflight0",
+                                          keys_only = true } },
+                                { get = { key = P .. "running/", range_end = P .. "running0",
+                                          keys_only = true } } } }
+  if not r then return end
+  local marked = {}
+  for _, kv in ipairs(r.responses[2].kvs) do marked[kv.key:sub(#P + 9)] = true end
+  for _, kv in ipairs(r.responses[1].kvs) do
+    local rest = kv.key:sub(#P + 10)
+    local job, id = rest:match("^([^/]+)/(.+)$")
+    if job and not marked[rest] then check_inflight(self, job, id) end
   end
 end
 
@@ -122,30 +144,26 @@ local function seed_marks(self)
   end
 end
 
--- Records instants of job that nobody started, per its misfire policy.
--- The leader checks every job every few seconds, from where it last
--- checked (or the newest run record) up to a few seconds ago, so an instant
--- with no record is never missed silently.
-function M.misfires(self, name, j)
-  local spec, P, e = j.spec, self.P, self.e
+-- The instants of job to look for in this misfire check: from where the
+-- last check ended (or the newest run record) up to a few seconds ago.
+-- Returns {name, j, from, cand} when there is something to look at.
+local function misfire_plan(self, name, j, now)
+  local spec = j.spec
   if spec.manual or spec.queue or j.paused then return end
   self.marks = self.marks or {}
-  local now = baton.now()
   -- Instants this recent may still be being claimed (policy delays are a
   -- fraction of a second per node); older ones without a record were missed.
-  local nodes = 0
-  for _ in pairs(self.nodes) do nodes = nodes + 1 end
-  local horizon = now - 2 - 0.5 * nodes
+  local nodes, oldest = 0, math.huge
+  for _, n in pairs(self.nodes) do
+    nodes = nodes + 1
+    -- an instant a node holds, waiting for a free worker, is not missed
+    if type(n.oldest_waiting) == "number" and n.oldest_waiting < oldest then oldest = n.oldest_waiting end
+  end
+  local horizon = math.min(now - 2 - 0.5 * nodes, oldest - 0.001)
   local from = self.marks[name]
   if not from then
-    local last = e:get(P .. "runs/" .. name .. "/", { prefix = true, sort = "key", order = "desc",
-                                                       limit = 1 })
-    if not last then return end
-    from = M.last_fire(last.kvs[1])
-    if not from then
-      self.marks[name] = now -- never ran: nothing before now was due
-      return
-    end
+    self.marks[name] = now -- (seed_marks sets it; a job loaded since starts now)
+    return
   end
   if horizon <= from then return end
   local cand, t = {}, from
@@ -156,16 +174,49 @@ function M.misfires(self, name, j)
   end
   self.marks[name] = cand[#cand] or horizon
   if #cand == 0 then return end
-  local have = {}
-  local r = e:get(P .. "runs/" .. name .. "/" .. util.instant(cand[1]), {
-    range_end = P .. "runs/" .. name .. "/" .. util.instant(cand[#cand]) .. "\255", keys_only = true })
-  if not r then self.marks[name] = from; return end
-  local base = P .. "runs/" .. name .. "/"
-  for _, kv in ipairs(r.kvs) do have[kv.key:sub(#base + 1):match("^[^/]+")] = true end
-  local missed = {}
-  for _, f in ipairs(cand) do
-    if not have[util.instant(f)] then missed[#missed + 1] = f end
+  return { name = name, j = j, from = from, cand = cand }
+end
+
+-- Records instants of a job that nobody started, per its misfire policy.
+-- The leader checks every job every few seconds, reading the run records of
+-- 128 jobs per transaction, so an instant with no record is never missed
+-- silently and a store of thousands of jobs costs tens of requests.
+function M.misfires(self)
+  local P, e, now = self.P, self.e, baton.now()
+  local plans = {}
+  for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now) end
+  for i = 1, #plans, 128 do
+    local ops = {}
+    for k = i, math.min(i + 127, #plans) do
+      local pl = plans[k]
+      local base = P .. "runs/" .. pl.name .. "/"
+      ops[#ops + 1] = { get = { key = base .. util.instant(pl.cand[1]),
+                                range_end = base .. util.instant(pl.cand[#pl.cand]) .. "\255",
+                                keys_only = true } }
+    end
+    local r = e:txn { success = ops }
+    for k = i, math.min(i + 127, #plans) do
+      local pl = plans[k]
+      if not r then
+        self.marks[pl.name] = pl.from -- look again next time
+      else
+        local have, base = {}, P .. "runs/" .. pl.name .. "/"
+        for _, kv in ipairs(r.responses[k - i + 1].kvs) do
+          have[kv.key:sub(#base + 1):match("^[^/]+")] = true
+        end
+        local missed = {}
+        for _, f in ipairs(pl.cand) do
+          if not have[util.instant(f)] then missed[#missed + 1] = f end
+        end
+        M.settle_misfires(self, pl.name, pl.j, missed, now)
+      end
+    end
   end
+end
+
+-- What to do with the missed instants of one job (possibly none).
+function M.settle_misfires(self, name, j, missed, now)
+  local spec, P, e = j.spec, self.P, self.e
   -- An outage seen over several checks is one misfire: run_once runs one
   -- instant for all of it, not one per check.
   self.outage = self.outage or {}
@@ -227,11 +278,22 @@ end
 function M.run(self)
   local P, e = self.P, self.e
   seed_marks(self)
-  for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
+  M.misfires(self)
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: check at once. (A
   -- watch that ends, compacted or failed, is made again; the periodic scan
   -- below covers the gap.)
+  local ended = {}
+  baton.go(function()
+    while self.leader and not self.stopping do
+      baton.sleep(0.2)
+      if #ended > 0 then
+        local batch = ended
+        ended = {}
+        check_ended(self, batch)
+      end
+    end
+  end)
   baton.go(function()
     while self.leader and not self.stopping do
       local w = e:watch(P .. "running/", { prefix = true, no_put = true })
@@ -243,7 +305,7 @@ function M.run(self)
           if not evs and code ~= "ETIMEDOUT" then break end
           for _, ev in ipairs(evs or {}) do
             local job, id = ev.kv.key:sub(#P + 9):match("^([^/]+)/(.+)$")
-            if job then check_inflight(self, job, id) end
+            if job then ended[#ended + 1] = { job, id } end
           end
         end
         w:cancel()
@@ -257,7 +319,7 @@ function M.run(self)
     scan_inflight(self)
     if n % 2 == 0 then
       seed_marks(self)
-      for name, j in pairs(self.jobs) do M.misfires(self, name, j) end
+      M.misfires(self)
     end
     if n % 60 == 0 then prune(self) end
   end

@@ -22,7 +22,7 @@ local M = {}
 
 function M.new(node)
   local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
-                              waiting = 0, freed = baton._cond() }, Pool)
+                              waiting = 0, queued = {}, freed = baton._cond() }, Pool)
   baton.go(function()
     while not node.stopping do
       baton.sleep(IDLE_STOP / 4)
@@ -34,16 +34,31 @@ end
 
 -- Takes a run slot, waiting (first come, first served) while all are
 -- taken. Returns false once the pool is stopped.
-function Pool:acquire()
+-- fire (optional) is the instant the run is for: while it waits, the node
+-- publishes the oldest such instant, so the leader does not take it for a
+-- misfire.
+function Pool:acquire(fire)
   if self.closed then return false end
   if self.slots >= self.max or self.waiting > 0 then
+    local token = {}
     self.waiting = self.waiting + 1
+    self.queued[token] = fire or baton.now()
     self.freed:wait()
+    self.queued[token] = nil
     self.waiting = self.waiting - 1
   else
     self.slots = self.slots + 1
   end
   return not self.closed
+end
+
+-- The oldest instant a run waits for a slot for, or nil.
+function Pool:oldest_waiting()
+  local oldest
+  for _, f in pairs(self.queued) do
+    if not oldest or f < oldest then oldest = f end
+  end
+  return oldest
 end
 
 -- Frees a slot: the longest waiter takes it over.

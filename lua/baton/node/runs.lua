@@ -199,7 +199,7 @@ local function attempt(self, run, fence, rec)
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
-    shard = run.shard or json.null,
+    shard = run.shard or json.null, record = rec,
   }, rec.started + spec.timeout - baton.now())
   local why
   if ended == "timeout" then
@@ -233,7 +233,7 @@ end
 -- caller took it already.
 function M.execute(self, run, fence, rec, has_slot)
   local spec, P = run.spec, self.P
-  if not has_slot and not self.pool:acquire() then return end
+  if not has_slot and not self.pool:acquire(run.fire) then return end
   while true do
     local f = fields_of(self, run, { fence = fence, revision = spec.revision })
     log("info", "run started", f)
@@ -269,14 +269,14 @@ function M.execute(self, run, fence, rec, has_slot)
     if self.stopping then return end
     fence, rec = M.claim_next(self, run, rec, rev)
     if not fence then return end
-    if not self.pool:acquire() then return end
+    if not self.pool:acquire(run.fire) then return end
   end
 end
 
 -- Takes a worker slot, claims attempt 1 of run (see M.claim) and executes
 -- it. Returns whether this node ran it.
 function M.start(self, run, opts)
-  if not self.pool:acquire() then return false end
+  if not self.pool:acquire(run.fire) then return false end
   local fence, rec = M.claim(self, run, opts)
   if not fence then
     self.pool:release()
