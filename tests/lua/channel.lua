@@ -111,6 +111,13 @@ do
 end
 
 do
+  -- baton worker is for baton node, which gives it a channel.
+  local r = assert(baton.exec { os.getenv("BATON_BIN"), "worker", timeout = 30 })
+  T.is(r.code, 2, "baton worker run by hand: exit 2")
+  T.like(r.stderr, "started without a channel; this command is for baton node", "saying what it is for")
+end
+
+do
   local c = baton._cond()
   local order = {}
   for i = 1, 3 do baton.go(function() c:wait(); order[#order + 1] = i end) end
