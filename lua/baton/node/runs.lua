@@ -224,7 +224,7 @@ local function attempt(self, run, fence, rec)
   end
   if ended.signal then return format("worker killed by signal %d", ended.signal) end
   if ended.error then return "worker lost: " .. tostring(ended.error) end
-  return format("worker exited with status %d", ended.code)
+  return format("worker exited with status %d before the run returned", ended.code)
 end
 
 -- Runs attempt rec of run (the claim is done) in a worker, records its end,
