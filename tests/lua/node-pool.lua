@@ -1,0 +1,127 @@
+-- The worker pool of a node: --workers caps the runs at once (the others
+-- wait for a slot, none is lost), workers are reused, each run loads the
+-- job afresh (no top-level state carried over), a run that leaves a
+-- coroutine behind retires its worker, and a worker whose run timed out is
+-- killed and replaced.
+local T = require "tap"
+local N = require "nodes"
+local json = baton.json
+
+local c = N.new("nodepool")
+local e, P = c.e, c.P
+c:start("a", 5, "--workers 2")
+
+-- Every job records, through put_fenced, its worker's pid and when it ran.
+local function job(name, body, extra)
+  return c:put_job(name, ([[
+local started = baton.now()
+local pid = io.open("/proc/self/stat"):read("*n")
+return { schedule = "@manual", concurrency = "allow", %s
+  run = function(ctx)
+    %s
+    assert(ctx:put_fenced(%q .. ctx.job .. "/" .. baton.now(),
+      baton.json.encode { pid = pid, started = baton.now(), finished = baton.now() }))
+  end }
+]]):format(extra or "", body, P .. "out/"))
+end
+
+local function outputs(name)
+  local r = assert(e:get(P .. "out/" .. name .. "/", { prefix = true }))
+  local list = {}
+  for _, kv in ipairs(r.kvs) do list[#list + 1] = json.decode(kv.value) end
+  return list
+end
+
+local function ended(name, n, secs)
+  return N.wait(secs or 20, function()
+    local done = 0
+    for _, r in ipairs(c:records(name)) do
+      if r.state ~= "running" and r.state ~= "retrying" then done = done + 1 end
+    end
+    return done >= n
+  end)
+end
+
+local function alive(pid)
+  return baton.exec { "kill", "-0", tostring(pid) }.code == 0
+end
+
+-- 1. Five runs of a 1.5 s job on a node with --workers 2.
+local rev = job("slow", [[
+    local t0 = baton.now()
+    baton.sleep(1.5)
+    assert(ctx:put_fenced(]] .. ("%q"):format(P .. "span/") .. [[ .. baton.now(),
+      baton.json.encode { from = t0, to = baton.now() }))]])
+T.ok(c:loaded("slow", rev), "job loaded")
+for _ = 1, 5 do c:cli("job", "run", "slow") end
+T.ok(ended("slow", 5, 30), "all five runs ended")
+local ok = 0
+for _, r in ipairs(c:records("slow")) do if r.state == "succeeded" then ok = ok + 1 end end
+T.is(ok, 5, "all five succeeded: runs beyond --workers wait for a slot, none is lost")
+local spans = {}
+for _, kv in ipairs(assert(e:get(P .. "span/", { prefix = true })).kvs) do
+  spans[#spans + 1] = json.decode(kv.value)
+end
+local most = 0
+for _, s in ipairs(spans) do
+  local at = s.from + 0.01
+  local n = 0
+  for _, o in ipairs(spans) do if o.from <= at and at < o.to then n = n + 1 end end
+  if n > most then most = n end
+end
+T.is(most, 2, "at most 2 runs at once, and 2 did run at once")
+local pids = {}
+for _, o in ipairs(outputs("slow")) do pids[o.pid] = true end
+local npids = 0
+for _ in pairs(pids) do npids = npids + 1 end
+T.ok(npids <= 2, "the five runs used " .. npids .. " worker processes (reused)")
+
+-- 2. Top-level state is not carried from one run to the next.
+rev = c:put_job("count", ([[
+local n = 0
+return { schedule = "@manual", run = function(ctx)
+  n = n + 1
+  assert(ctx:put_fenced(%q .. baton.now(), tostring(n)))
+end }
+]]):format(P .. "count/"))
+T.ok(c:loaded("count", rev), "counting job loaded")
+for i = 1, 3 do
+  c:cli("job", "run", "count")
+  ended("count", i)
+end
+local counts = {}
+for _, kv in ipairs(assert(e:get(P .. "count/", { prefix = true })).kvs) do counts[#counts + 1] = kv.value end
+T.is(table.concat(counts, ","), "1,1,1", "each run starts from a fresh load of the file")
+
+-- 3. A run that leaves a coroutine behind retires its worker.
+rev = job("leaky", [[baton.go(function() baton.sleep(60) end)]])
+T.ok(c:loaded("leaky", rev), "leaky job loaded")
+c:cli("job", "run", "leaky")
+T.ok(ended("leaky", 1), "first leaky run ended")
+c:cli("job", "run", "leaky")
+T.ok(ended("leaky", 2), "second leaky run ended")
+local lk = outputs("leaky")
+T.ok(lk[1] and lk[2] and lk[1].pid ~= lk[2].pid, "the second run got another worker")
+T.ok(lk[1] and N.wait(5, function() return not alive(lk[1].pid) end), "the first worker exited")
+
+-- 4. A run that times out: its worker is killed; the next run gets a new one.
+rev = job("stuck", [[
+    assert(ctx:put_fenced(]] .. ("%q"):format(P .. "stuckpid") .. [[, tostring(pid)))
+    while true do end]], "timeout = 1,")
+T.ok(c:loaded("stuck", rev), "stuck job loaded")
+c:cli("job", "run", "stuck")
+T.ok(ended("stuck", 1, 30), "the stuck run ended")
+local rec = c:records("stuck")[1]
+T.like(rec and rec.error or "", "timed out after 1 s", "recorded as timed out")
+local spid = tonumber((assert(e:get(P .. "stuckpid")).kvs[1] or {}).value)
+T.ok(spid and not alive(spid), "its worker was killed")
+local before = #outputs("slow")
+c:cli("job", "run", "slow")
+T.ok(ended("slow", 6), "a run after it works")
+local after = outputs("slow")
+T.is(#after, before + 1, "and ran once")
+T.isnt(after[#after].pid, spid, "on another worker")
+
+T.unlike(c:log("a"), "session lost", "the node kept its lease throughout")
+c:destroy()
+T.done()
