@@ -36,7 +36,7 @@ typedef struct chan_s {
   size_t len, cap;
   bt_co_t *reader;        /* the coroutine in recv, if any */
   uv_timer_t timer;       /* its timeout */
-  int timer_init, timer_closed, reading, open;
+  int timer_init, reading, open;
   int eof;                /* 0, or the BT_E* code that ended reading */
   int werr;               /* a failed write: later sends fail with it */
   int pending;            /* writes not yet done */
@@ -84,10 +84,7 @@ static void chan_close(chan_t *c) {
     free(req);
     uv_close((uv_handle_t *) &c->pipe, on_handle_close);
   }
-  if (c->timer_init && !c->timer_closed) {
-    c->timer_closed = 1;
-    uv_close((uv_handle_t *) &c->timer, on_handle_close);
-  }
+  if (c->timer_init) uv_close((uv_handle_t *) &c->timer, on_handle_close);
   if (!c->eof) c->eof = BT_EOF;
   if (c->reader) {
     bt_co_t *co = c->reader;
@@ -101,29 +98,32 @@ static void chan_closer(bt_closer_t *self) {
   chan_close((chan_t *) ((char *) self - offsetof(chan_t, closer)));
 }
 
-/* Gives the reader the next whole line if there is one. Returns 1 if it
- * was resumed. */
-static int deliver(chan_t *c) {
-  char *nl;
-  bt_co_t *co = c->reader;
-  lua_State *S;
+/* Pushes on S the next whole line (taking it from the buffer), or, once
+ * reading has ended and no line is left, the failure that ended it.
+ * Returns the number of values pushed, 0 if neither is there yet. */
+static int take(chan_t *c, lua_State *S) {
+  char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
   size_t n;
-  if (!co) return 0;
-  nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
-  if (!nl && !c->eof) return 0;
-  c->reader = NULL;
-  stop_timer(c);
-  S = bt_co_stack(co);
   if (!nl) {
-    bt_push_fail(S, c->eof, c->eof == BT_EOF ? "channel closed" : NULL);
-    bt_co_resume(co, 3);
-    return 1;
+    if (!c->eof) return 0;
+    return bt_push_fail(S, c->eof, c->eof == BT_EOF ? "channel closed" : NULL);
   }
   n = (size_t) (nl - c->buf);
   lua_pushlstring(S, c->buf, n);
   memmove(c->buf, nl + 1, c->len - n - 1);
   c->len -= n + 1;
-  bt_co_resume(co, 1);
+  return 1;
+}
+
+/* Resumes the waiting reader with the next line or the end, if there is
+ * one. Returns 1 if it was resumed. */
+static int deliver(chan_t *c) {
+  bt_co_t *co = c->reader;
+  int n;
+  if (!co || !(n = take(c, bt_co_stack(co)))) return 0;
+  c->reader = NULL;
+  stop_timer(c);
+  bt_co_resume(co, n);
   return 1;
 }
 
@@ -309,27 +309,16 @@ static int l_recv(lua_State *L) {
   if (c->reader)
     return luaL_error(L, "baton.channel:recv: another coroutine is "
                       "already receiving");
+  /* A whole line (or the end) may be buffered already. (A closed channel
+   * has eof set.) */
+  {
+    int n = take(c, L);
+    if (n) return n;
+  }
+  if (timeout == 0)
+    return bt_push_fail(L, BT_ETIMEDOUT, "no message on the channel after 0 s");
   c->reader = co;
   start_reading(c);
-  /* A whole line (or the end) may be buffered already. */
-  {
-    char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
-    if (nl || c->eof || !c->open) {
-      size_t n;
-      c->reader = NULL;
-      if (!nl) return bt_push_fail(L, c->eof ? c->eof : BT_EOF,
-                                   c->eof == BT_EOF || !c->eof ? "channel closed" : NULL);
-      n = (size_t) (nl - c->buf);
-      lua_pushlstring(L, c->buf, n);
-      memmove(c->buf, nl + 1, c->len - n - 1);
-      c->len -= n + 1;
-      return 1;
-    }
-  }
-  if (timeout == 0) {
-    c->reader = NULL;
-    return bt_push_fail(L, BT_ETIMEDOUT, "no message on the channel after 0 s");
-  }
   if (timeout > 0) {
     if (!c->timer_init) {
       uv_timer_init(bt_lua_loop(L), &c->timer);
