@@ -36,7 +36,6 @@ local function node_info(self)
   return json.encode {
     name = self.name, labels = self.labels, version = baton.version,
     started = self.started, running = self.nrunning, pid = self.pid,
-    waiting = self.pool and self.pool.waiting or 0,
     oldest_waiting = self.pool and self.pool:oldest_waiting() or nil,
   }
 end
@@ -552,8 +551,8 @@ function M.run(opts)
     local last
     while not self.stopping do
       baton.sleep(1)
-      local now = self.nrunning .. " " .. tostring(self.pool:oldest_waiting())
-      if now ~= last then last = now; publish(self) end
+      local shown = self.nrunning .. " " .. tostring(self.pool:oldest_waiting())
+      if shown ~= last then last = shown; publish(self) end
     end
   end)
 

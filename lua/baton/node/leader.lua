@@ -75,20 +75,6 @@ local function check_inflight(self, job, id)
   if fence then baton.go(runs.execute, self, run, fence, nrec) end
 end
 
--- Markers deleted (job, id pairs): a run ended, or its node's lease did.
--- Checked in batches: one read of the inflight/ keys, then only the runs
--- still in flight (their node is gone) are looked at.
-local function check_ended(self, ended)
-  local P = self.P
-  local r = self.e:get(P .. "inflight/", { prefix = true, keys_only = true })
-  if not r then return end
-  local live = {}
-  for _, kv in ipairs(r.kvs) do live[kv.key] = true end
-  for _, x in ipairs(ended) do
-    if live[P .. "inflight/" .. x[1] .. "/" .. x[2]] then check_inflight(self, x[1], x[2]) end
-  end
-end
-
 -- Every run in flight whose marker is gone (two reads, whatever the number
 -- of runs), then those runs one by one.
 local function scan_inflight(self)
@@ -144,22 +130,26 @@ local function seed_marks(self)
   end
 end
 
--- The instants of job to look for in this misfire check: from where the
--- last check ended (or the newest run record) up to a few seconds ago.
--- Returns {name, j, from, cand} when there is something to look at.
-local function misfire_plan(self, name, j, now)
-  local spec = j.spec
-  if spec.manual or spec.queue or j.paused then return end
-  self.marks = self.marks or {}
-  -- Instants this recent may still be being claimed (policy delays are a
-  -- fraction of a second per node); older ones without a record were missed.
+-- Up to where instants without a record count as missed: instants more
+-- recent may still be being claimed (policy delays are a fraction of a
+-- second per node), and an instant a node holds while it waits for a free
+-- worker (its published oldest_waiting) is not missed either.
+local function misfire_horizon(self, now)
   local nodes, oldest = 0, math.huge
   for _, n in pairs(self.nodes) do
     nodes = nodes + 1
-    -- an instant a node holds, waiting for a free worker, is not missed
     if type(n.oldest_waiting) == "number" and n.oldest_waiting < oldest then oldest = n.oldest_waiting end
   end
-  local horizon = math.min(now - 2 - 0.5 * nodes, oldest - 0.001)
+  return math.min(now - 2 - 0.5 * nodes, oldest - 0.001)
+end
+
+-- The instants of job to look for in this misfire check: from where the
+-- last check ended (or the newest run record) up to the horizon.
+-- Returns {name, j, from, cand} when there is something to look at.
+local function misfire_plan(self, name, j, now, horizon)
+  local spec = j.spec
+  if spec.manual or spec.queue or j.paused then return end
+  self.marks = self.marks or {}
   local from = self.marks[name]
   if not from then
     self.marks[name] = now -- (seed_marks sets it; a job loaded since starts now)
@@ -183,8 +173,8 @@ end
 -- silently and a store of thousands of jobs costs tens of requests.
 function M.misfires(self)
   local P, e, now = self.P, self.e, baton.now()
-  local plans = {}
-  for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now) end
+  local plans, horizon = {}, misfire_horizon(self, now)
+  for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now, horizon) end
   for i = 1, #plans, 128 do
     local ops = {}
     for k = i, math.min(i + 127, #plans) do
@@ -280,17 +270,17 @@ function M.run(self)
   seed_marks(self)
   M.misfires(self)
   scan_inflight(self)
-  -- Markers disappear when their node's lease expires: check at once. (A
-  -- watch that ends, compacted or failed, is made again; the periodic scan
-  -- below covers the gap.)
-  local ended = {}
+  -- Markers disappear when their node's lease expires: scan within 0.2 s
+  -- of a deletion (one scan for any number of them; most are runs that
+  -- ended). A watch that ends, compacted or failed, is made again; the
+  -- periodic scan below covers the gap.
+  local ended = false
   baton.go(function()
     while self.leader and not self.stopping do
       baton.sleep(0.2)
-      if #ended > 0 then
-        local batch = ended
-        ended = {}
-        check_ended(self, batch)
+      if ended then
+        ended = false
+        scan_inflight(self)
       end
     end
   end)
@@ -303,10 +293,7 @@ function M.run(self)
         while self.leader and not self.stopping do
           local evs, _, code = w:next(1)
           if not evs and code ~= "ETIMEDOUT" then break end
-          for _, ev in ipairs(evs or {}) do
-            local job, id = ev.kv.key:sub(#P + 9):match("^([^/]+)/(.+)$")
-            if job then ended[#ended + 1] = { job, id } end
-          end
+          if evs and #evs > 0 then ended = true end
         end
         w:cancel()
       end

@@ -119,6 +119,12 @@ function Pool:trim(secs)
   self.idle = keep
 end
 
+-- A reply line of the worker as a table, or nil.
+local function decode(line)
+  local ok, reply = pcall(json.decode, line or "")
+  return ok and type(reply) == "table" and reply or nil
+end
+
 -- Runs msg (the run for the worker) on w. Returns the worker's reply, or
 -- nil and the process's exit ({code, signal}) if the worker ended first, or
 -- nil and "timeout" if timeout seconds passed (the worker still runs).
@@ -130,18 +136,12 @@ function Pool:call(w, msg, timeout)
     if code == "ETIMEDOUT" then return nil, "timeout" end
     return nil, w.p:wait(5) or { code = -1, error = rerr }
   end
-  local dok, reply = pcall(json.decode, line)
-  if not dok or type(reply) ~= "table" then
-    return { ok = false, error = "the worker sent a malformed reply", retire = true }
-  end
-  return reply
+  return decode(line) or { ok = false, error = "the worker sent a malformed reply", retire = true }
 end
 
 -- After a timeout: the result the worker sends within secs, if any.
 function Pool:late_reply(w, secs)
-  local line = w.ch:recv(secs)
-  local ok, reply = pcall(json.decode, line or "")
-  return ok and type(reply) == "table" and reply or nil
+  return decode((w.ch:recv(secs)))
 end
 
 return M

@@ -194,7 +194,6 @@ local function attempt(self, run, fence, rec)
   local w, err = pool:get()
   if not w then return "cannot start a worker: " .. tostring(err) end
   self.workers[w.p] = run
-  run.process = w.p
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
@@ -214,7 +213,6 @@ local function attempt(self, run, fence, rec)
     end
   end
   self.workers[w.p] = nil
-  run.process = nil
   pool:put(w, reply and not reply.retire and not run.cancelled_by and not self.stopping)
   if run.cancelled_by then return "replaced by run " .. run.cancelled_by end
   if why then return why end
