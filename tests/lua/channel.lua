@@ -5,11 +5,7 @@
 -- condition (baton._cond) the worker pool waits on.
 local T = require "tap"
 
-local function write_file(path, s)
-  local f = assert(io.open(path, "w"))
-  f:write(s)
-  f:close()
-end
+local write_file = require("files").write
 
 -- Starts src as a `baton eval` child with a channel.
 local function child(src)
@@ -108,6 +104,13 @@ do
   local ch, err, code = baton.channel()
   T.ok(ch == nil and code == "EBADF", "baton.channel() without one: " .. tostring(err))
   T.like(err, "baton.spawn", "the error says how to get one")
+  T.error_like(function() baton.channel(-1) end, "must be a file descriptor", "a negative fd raises")
+  T.error_like(function() baton.channel("three") end, "number expected", "a fd that is not a number raises")
+  local r = child [[ baton.sleep(5) ]]
+  T.error_like(function() r.channel:recv(-1) end, "timeout must be >= 0", "a negative timeout raises")
+  T.error_like(function() r.channel:send({}) end, "string expected", "send of a table raises")
+  T.is(select(3, r.channel:recv(0)), "ETIMEDOUT", "the channel is still usable after misuse")
+  r:kill("SIGKILL")
 end
 
 do

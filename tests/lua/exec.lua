@@ -30,19 +30,8 @@ local function baton_bin()
   if r and r.code == 0 then return trim(r.stdout) end
 end
 
-local function write_file(path, s)
-  local f = assert(io.open(path, "w"))
-  f:write(s)
-  f:close()
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local files = require "files"
+local write_file, read_file = files.write, files.read
 
 -- success, stdout, stderr, exit code
 do

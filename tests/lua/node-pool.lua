@@ -123,5 +123,10 @@ T.is(#after, before + 1, "and ran once")
 T.isnt(after[#after].pid, spid, "on another worker")
 
 T.unlike(c:log("a"), "session lost", "the node kept its lease throughout")
+
+-- Bad input: a node that could run nothing is refused.
+local bad = c:cli("node", "--name", "b", "--workers", "0")
+T.is(bad.code, 2, "--workers 0: usage error")
+T.like(bad.stderr, "%-%-workers needs a whole number >= 1", "saying what is allowed")
 c:destroy()
 T.done()

@@ -6,19 +6,8 @@ local T = require "tap"
 
 local function trim(s) return (s:gsub("%s+$", "")) end
 
-local function write_file(path, s)
-  local f = assert(io.open(path, "w"))
-  f:write(s)
-  f:close()
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local files = require "files"
+local write_file, read_file = files.write, files.read
 
 -- The baton binary, to run inner scripts with.
 local function baton_bin()
