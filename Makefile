@@ -5,7 +5,10 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
+# libcurl is compiled against (its header) but not linked: http_curl.c
+# loads it with dlopen on the first https:// request.
 PKGS     := luajit libuv libcurl libcjson
+PKGS_LINK := luajit libuv libcjson
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type
@@ -16,7 +19,7 @@ CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SAN) -fno-strict-aliasing -MMD -MP \
 LDFLAGS  += $(SAN)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS_LINK) 2>/dev/null) -lm -lpthread -ldl
 
 SRCS     := $(wildcard runtime/*.c)
 OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)

@@ -30,6 +30,7 @@
   XX(EBUSY, UV_EBUSY, "resource busy")                                        \
   XX(EOF, UV_EOF, "end of file")                                              \
   XX(EBADF, UV_EBADF, "bad file descriptor")                                  \
+  XX(ENOTSUP, UV_ENOTSUP, "not supported")                                    \
   XX(ECLOSED, -4201, "handle already closed")                                 \
   XX(EHTTP, -4202, "unexpected http response")                               \
   XX(ETLS, -4203, "tls error")                                                \

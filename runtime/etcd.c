@@ -293,10 +293,12 @@ static void on_call_http(bt_http_req_t *req, int err, long status,
       call->ep = (call->ep + 1) % c->neps;
       if (call_send(call) == 0) return;
     }
-    /* curl's own words help for TLS and resets (a TLS 1.3 server that
-     * wants a client certificate resets after the handshake); for refused
-     * connections and timeouts they only repeat ours. */
-    if ((err != BT_EIO && err != BT_ETLS && err != BT_ECONNRESET) || !why[0])
+    /* The HTTP client's own words help for TLS, resets (a TLS 1.3 server
+     * that wants a client certificate resets after the handshake), bad
+     * answers and a missing libcurl; for refused connections and timeouts
+     * they only repeat ours. */
+    if ((err != BT_EIO && err != BT_ETLS && err != BT_ECONNRESET &&
+         err != BT_ENOTSUP && err != BT_EPROTO) || !why[0])
       snprintf(msg, sizeof(msg), "etcd %s: %s", ep, bt_strerror(err));
     else
       snprintf(msg, sizeof(msg), "etcd %s: %s (%s)", ep, bt_strerror(err), why);

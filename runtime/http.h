@@ -1,8 +1,8 @@
 /*
- * HTTP/1.1 client on a libuv loop: libcurl's multi interface driven the way
- * curl's multi-uv example does it (one uv_poll_t per socket, one uv_timer_t).
- * Connections are kept alive and reused across requests of one bt_http_t.
- * Every request has a timeout and can be cancelled.
+ * HTTP/1.1 client on a libuv loop: http:// spoken by http.c itself, https://
+ * by libcurl loaded on first use (http_curl.c). Connections are kept alive
+ * and reused across requests of one bt_http_t. Every request has a timeout
+ * and can be cancelled.
  */
 #ifndef BATON_HTTP_H
 #define BATON_HTTP_H
@@ -20,8 +20,9 @@ typedef void (*bt_http_data_cb)(bt_http_req_t *req, const char *data,
 
 /* Called exactly once when the request ends. err is 0 when an HTTP response
  * was received (whatever its status), else a BT_E* code; body is the whole
- * response body for non-streaming requests (NUL-terminated, valid only
- * during the call) and NULL for streams. The request is freed right after. */
+ * response body (NUL-terminated, valid only during the call), except for a
+ * stream that got a 2xx answer: its body went to on_data, and body is NULL.
+ * The request is freed right after. */
 typedef void (*bt_http_done_cb)(bt_http_req_t *req, int err, long status,
                                 const char *body, size_t len, void *arg);
 
@@ -57,13 +58,15 @@ int bt_http_request(bt_http_t *h, const bt_http_opts_t *o, bt_http_req_t **out);
 void bt_http_cancel(bt_http_req_t *req);
 
 /** True when the request was never sent: the failure happened before a
- * connection was established (so a write provably did not reach the peer). */
+ * connection was established, or no byte of the request was taken by the
+ * kernel (so a write provably did not reach the peer). */
 int bt_http_req_unsent(const bt_http_req_t *req);
 
 /** The response's header block ("Name: value\r\n" lines), valid in on_done. */
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
 
-/** curl's own error text for the failure, valid in on_done ("" if none). */
+/** The client's own words on the failure ("Empty reply from server", curl's
+ * text for https), valid in on_done ("" if none). */
 const char *bt_http_req_errtext(const bt_http_req_t *req);
 
 /** Number of requests in flight. */
