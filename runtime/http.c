@@ -434,7 +434,7 @@ static void conn_lost(conn_t *c, int err) {
 
 static int proto_error(conn_t *c, const char *what) {
   hreq_t *req = c->req;
-  req_fail(req, BT_EPROTO, "malformed response: %s", what);
+  req_fail(req, BT_EPROTO, "%s", what);
   return -1;
 }
 
