@@ -501,6 +501,7 @@ struct bt_etcd_watch_s {
   int prev_kv, no_put, no_delete;
   long idle_ms;
   int64_t next_rev;           /* 0 until the first created response */
+  int64_t created_rev;        /* store revision at the first created response */
   int created;                /* CREATED delivered */
   int connects;
   int failures;               /* consecutive failed attempts */
@@ -640,6 +641,7 @@ static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
     if (w->next_rev == 0) w->next_rev = rev + 1;
     if (!w->created) {
       w->created = 1;
+      w->created_rev = rev;
       watch_deliver(w, BT_WATCH_CREATED, 0, NULL, w->next_rev - 1, NULL);
     }
   }
@@ -859,6 +861,10 @@ void bt_etcd_watch_cancel(bt_etcd_watch_t *w) {
 
 int64_t bt_etcd_watch_next_revision(const bt_etcd_watch_t *w) {
   return w->next_rev;
+}
+
+int64_t bt_etcd_watch_created_revision(const bt_etcd_watch_t *w) {
+  return w->created_rev;
 }
 
 int bt_etcd_watch_connects(const bt_etcd_watch_t *w) {

@@ -110,6 +110,12 @@ void bt_etcd_watch_cancel(bt_etcd_watch_t *w);
 /** The revision the next event will have at least (last seen + 1). */
 int64_t bt_etcd_watch_next_revision(const bt_etcd_watch_t *w);
 
+/** The store revision when etcd confirmed the watch (the header of its
+ * first created response). A watch that starts at or before it is one etcd
+ * catches up on in a loop that runs every 100 ms, so its first events can
+ * come that much later than the writes. */
+int64_t bt_etcd_watch_created_revision(const bt_etcd_watch_t *w);
+
 /** Number of times the stream was (re)established. */
 int bt_etcd_watch_connects(const bt_etcd_watch_t *w);
 

@@ -5,7 +5,8 @@
  *
  *   _etcd.new(opts)                  -> client | nil, err, code
  *   client:call(path, body, idem)    -> decoded JSON table | nil, err, code
- *   client:watch(opts)               -> watcher, revision | nil, err, code
+ *   client:watch(opts)               -> watcher, revision, created_revision
+ *                                       | nil, err, code
  *   watcher:next([timeout])          -> events, revision | nil, err, code[, rev]
  *   watcher:cancel()
  *   client:keepalive(id, ttl)        -> keeper; keeper:state(), :wait(), :stop()
@@ -274,7 +275,8 @@ static void on_watch(bt_etcd_watch_t *w, int kind, int err, cJSON *json,
       wt->waiter = NULL;
       watch_push_self(S, wt);
       lua_pushnumber(S, (double) rev);
-      bt_co_resume(co, 2);
+      lua_pushnumber(S, (double) bt_etcd_watch_created_revision(w));
+      bt_co_resume(co, 3);
     }
     return;
   case BT_WATCH_EVENTS:

@@ -137,6 +137,14 @@ local function wait_deletes(s, pfx, mykey, myrev, deadline)
     w, err, code = e:watch(lo, { range_end = hi .. "\0", start_revision = r.revision + 1 })
     if not w then return nil, err, code end
     local gone = false
+    -- Written to since our read: etcd catches such a watch up in a loop that
+    -- runs every 100 ms, so a predecessor deleted in between (the usual
+    -- hand-off: its holder unlocks as we queue) would reach us that late.
+    -- Ask directly instead; a failed read just leaves it to the watch.
+    if w.created_revision and w.created_revision > r.revision then
+      local g = e:get(pred.key)
+      if g and g.count == 0 then gone = true end
+    end
     while not gone do
       local lost, why = s:done()
       if lost then w:cancel(); return fail("ELOST", why) end

@@ -471,7 +471,8 @@ function Client:watch(key, opts)
   local w, rev
   w, rev, code = c:watch(o)
   if not w then return nil, rev, code end
-  return setmetatable({ _w = w, start_revision = rev }, Watcher)
+  return setmetatable({ _w = w, start_revision = rev, created_revision = code },
+                      Watcher)
 end
 
 local function map_events(evs, rev, ...)

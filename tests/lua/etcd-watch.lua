@@ -79,6 +79,23 @@ do
   w2:cancel()
 end
 
+-- 2b. created_revision: the store revision when etcd confirmed the watch,
+-- also for a watch that starts in the past (what lets a waiter see that
+-- something was written between its read and its watch).
+do
+  local P = "/w2b/"
+  local before = assert(e:put(P .. "a", "1")).revision
+  local w = assert(e:watch(P, { prefix = true, start_revision = before }))
+  local after = assert(e:put(P .. "b", "2")).revision
+  T.is(w.start_revision, before - 1, "start_revision: the one before the asked start")
+  T.ok(w.created_revision >= before and w.created_revision < after,
+    ("created_revision %s is the store's revision at creation (%d..%d)")
+      :format(tostring(w.created_revision), before, after - 1))
+  local evs = assert(w:next(10))
+  T.is(evs[1].kv.key, P .. "a", "and the past write is delivered first")
+  w:cancel()
+end
+
 -- 3. Progress notifications (every 2 s in the harness) keep an idle watch
 -- on one stream; a watch whose stream stays silent past idle_timeout is
 -- replaced without losing events.
