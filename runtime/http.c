@@ -120,6 +120,7 @@ struct hreq_s {
   uint64_t t_start, timeout_ms, connect_ms, low_ms, last_rx;
   long status;
   int waiting, head_only, cancel, finishing, in_cb, unsent, retried, fresh;
+  int sent;                /* some try handed bytes to the kernel */
   int pending_err;         /* a failure to report from the timer */
   buf_t body, head;
   char errtext[256];
@@ -200,6 +201,8 @@ static void req_finish(hreq_t *req, int err) {
 
   if (req->finishing) return;
   req->finishing = 1;
+  /* A retry that could not connect does not unsend the first try. */
+  if (req->sent) req->unsent = 0;
   if (req->waiting) wait_remove(req);
   if (req->conn) {
     conn_t *c = req->conn;
@@ -711,13 +714,18 @@ static void conn_send(conn_t *c) {
     conn_lost(c, n);
     return;
   }
+  if (n > 0) req->sent = 1;
   if ((size_t) n < req->outlen) {
     int err;
     b = uv_buf_init(req->out + n, (unsigned) (req->outlen - (size_t) n));
     c->wreq.data = c;
     err = uv_write(&c->wreq, (uv_stream_t *) &c->tcp, &b, 1, on_write);
-    if (err) conn_lost(c, err);
-    else c->writing = 1;
+    if (err) {
+      conn_lost(c, err);
+      return;
+    }
+    c->writing = 1;
+    req->sent = 1;          /* as far as we can know */
   }
 }
 

@@ -1050,10 +1050,17 @@ static void h_drop(srv_t *s, conn_t *c, int n) {
   hangup(c, 0);
 }
 
+/* Drops the reused connection after reading request 2 and stops
+ * listening: the retry cannot connect. */
+static void h_drop_and_stop(srv_t *s, conn_t *c, int n) {
+  if (n == 1) srv_close(s);
+  else says(c, 0, ok_resp);
+}
+
 static void test_retry(uv_loop_t *loop) {
-  srv_t *s = srv_new(loop), *s2 = srv_new(loop);
+  srv_t *s = srv_new(loop), *s2 = srv_new(loop), *s3 = srv_new(loop);
   bt_http_t *h = bt_http_new(loop);
-  res_t r = {0}, r2 = {0};
+  res_t r = {0}, r2 = {0}, r3 = {0};
   bt_http_opts_t o;
 
   s->on_req = h_drop_on_reuse;
@@ -1079,9 +1086,24 @@ static void test_retry(uv_loop_t *loop) {
   is_int(r.unsent, 0, "retry: ... unsent 0 (the request was written)");
   run_for(loop, 50);
   is_int(s2->nreq, 1, "retry: ... and not retried");
+  res_free(&r);
+
+  /* Sent once on a reused connection, the retry refused: the request may
+   * have reached the server, so it must not be reported unsent (etcd
+   * writes are retried elsewhere only when unsent). */
+  s3->on_req = h_drop_and_stop;
+  o = opts(&r, mkurl(s3, "/1"));
+  fetch(loop, h, &o, &r);
+  is_str(r.body, "ok", "retry: (server 3) first answer");
+  o = opts(&r3, mkurl(s3, "/2"));
+  fetch(loop, h, &o, &r3);
+  is_int(r3.done, 1, "retry: dropped, then the retry refused: on_done once");
+  is_int(r3.err, BT_ECONNREFUSED, "retry: ... with ECONNREFUSED");
+  is_int(r3.unsent, 0, "retry: ... and not unsent: the first try was written");
   finish(loop, h, "retry");
   res_free(&r);
   res_free(&r2);
+  res_free(&r3);
 }
 
 /* ---- 9. 1xx interim responses --------------------------------------- */
