@@ -135,11 +135,11 @@ static void conn_send(conn_t *c);
 static void conn_connect_next(conn_t *c);
 
 static int buf_add(buf_t *b, const char *p, size_t n, size_t max) {
+  if (b->len + n > max) return -1;
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 1024;
     char *np;
     while (cap < b->len + n + 1) cap *= 2;
-    if (b->len + n > max) return -1;
     np = realloc(b->p, cap);
     if (!np) return -1;
     b->p = np;
