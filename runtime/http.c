@@ -38,7 +38,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define MAX_BODY (512u << 20)    /* a buffered response body */
+#define MAX_BODY BT_HTTP_MAX_BODY
 #define MAX_HEAD (256u << 10)    /* a response's header block, or one line */
 #define MAX_CONNS 256            /* per host; more requests wait */
 #define MAX_IDLE 32              /* idle connections kept per host */
@@ -46,10 +46,7 @@
 #define READ_BUF (64u << 10)
 #define CONNECT_TIMEOUT_MS 2000
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-} buf_t;
+typedef bt__buf_t buf_t;
 
 typedef struct host_s host_t;
 typedef struct conn_s conn_t;
@@ -134,7 +131,7 @@ static void conn_close(conn_t *c);
 static void conn_send(conn_t *c);
 static void conn_connect_next(conn_t *c);
 
-static int buf_add(buf_t *b, const char *p, size_t n, size_t max) {
+int bt__buf_add(buf_t *b, const char *p, size_t n, size_t max) {
   if (b->len + n > max) return -1;
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 1024;
@@ -456,7 +453,7 @@ static int deliver(conn_t *c, const char *p, size_t n) {
     }
     return 0;
   }
-  if (buf_add(&req->body, p, n, MAX_BODY)) {
+  if (bt__buf_add(&req->body, p, n, MAX_BODY)) {
     req_fail(req, req->body.len + n > MAX_BODY ? BT_ETOOLARGE : BT_ENOMEM,
              "response body over %u bytes", MAX_BODY);
     return -1;
@@ -493,7 +490,7 @@ static int headers_done(conn_t *c) {
     return 0;
   }
   c->stream_ok = req->on_data && st >= 200 && st < 300;
-  if (buf_add(&req->head, "\r\n", 2, MAX_HEAD))
+  if (bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
     return proto_error(c, "header block too large");
   if (req->head_only || st == 204 || st == 304) return 1;
   if (c->chunked) {
@@ -536,8 +533,8 @@ static int on_line(conn_t *c, const char *l, size_t n) {
     c->minor = l[7] - '0';
     c->keep = c->minor >= 1;
     req->status = st;
-    if (buf_add(&req->head, l, n, MAX_HEAD) ||
-        buf_add(&req->head, "\r\n", 2, MAX_HEAD))
+    if (bt__buf_add(&req->head, l, n, MAX_HEAD) ||
+        bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
       return proto_error(c, "header block too large");
     c->st = P_HEADER;
     return 0;
@@ -546,8 +543,8 @@ static int on_line(conn_t *c, const char *l, size_t n) {
     const char *colon, *v, *ve;
     size_t nl;
     if (n == 0) return headers_done(c);
-    if (buf_add(&req->head, l, n, MAX_HEAD) ||
-        buf_add(&req->head, "\r\n", 2, MAX_HEAD))
+    if (bt__buf_add(&req->head, l, n, MAX_HEAD) ||
+        bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
       return proto_error(c, "header block too large");
     colon = memchr(l, ':', n);
     if (!colon) return 0;    /* not ours to judge: kept as is */
@@ -634,13 +631,13 @@ static void conn_parse(conn_t *c, const char *p, size_t n) {
       const char *l;
       size_t ln;
       if (!nl) {
-        if (buf_add(&c->line, p, n, MAX_HEAD))
+        if (bt__buf_add(&c->line, p, n, MAX_HEAD))
           proto_error(c, "line too long");
         return;
       }
       take = (size_t) (nl - p) + 1;
       if (c->line.len) {
-        if (buf_add(&c->line, p, take, MAX_HEAD)) {
+        if (bt__buf_add(&c->line, p, take, MAX_HEAD)) {
           proto_error(c, "line too long");
           return;
         }
@@ -1146,6 +1143,23 @@ void bt_http_close(bt_http_t *h) {
   client_maybe_free(h);
 }
 
+/* Takes req's callbacks from o, makes its timer and puts it on the
+ * client's list: from here on it ends through req_finish. */
+static void req_link(hreq_t *req, const bt_http_opts_t *o) {
+  bt_http_t *h = req->h;
+  req->base.backend = BT_HTTP_NATIVE;
+  req->on_data = o->on_data;
+  req->on_done = o->on_done;
+  req->arg = o->arg;
+  uv_timer_init(h->loop, &req->timer);
+  req->timer.data = req;
+  h->handles++;
+  req->next = h->reqs;
+  if (h->reqs) h->reqs->prev = req;
+  h->reqs = req;
+  h->nreq++;
+}
+
 static int request_native(bt_http_t *h, const bt_http_opts_t *o,
                           bt_http_req_t **out) {
   url_t u;
@@ -1156,7 +1170,6 @@ static int request_native(bt_http_t *h, const bt_http_opts_t *o,
   if ((err = url_parse(o->url, &u))) return err;
   req = calloc(1, sizeof(*req));
   if (!req) return BT_ENOMEM;
-  req->base.backend = BT_HTTP_NATIVE;
   req->h = h;
   if ((err = build_request(req, o, &u, method)) ||
       !(req->host = host_get(h, &u))) {
@@ -1164,22 +1177,13 @@ static int request_native(bt_http_t *h, const bt_http_opts_t *o,
     free(req);
     return err ? err : BT_ENOMEM;
   }
-  req->on_data = o->on_data;
-  req->on_done = o->on_done;
-  req->arg = o->arg;
   req->head_only = strcmp(method, "HEAD") == 0;
   req->t_start = uv_now(h->loop);
   req->timeout_ms = o->timeout_ms > 0 ? (uint64_t) o->timeout_ms : 0;
   req->connect_ms = o->connect_timeout_ms > 0 ? (uint64_t) o->connect_timeout_ms
                                               : CONNECT_TIMEOUT_MS;
   req->low_ms = o->low_speed_secs > 0 ? (uint64_t) o->low_speed_secs * 1000 : 0;
-  uv_timer_init(h->loop, &req->timer);
-  req->timer.data = req;
-  h->handles++;
-  req->next = h->reqs;
-  if (h->reqs) h->reqs->prev = req;
-  h->reqs = req;
-  h->nreq++;
+  req_link(req, o);
   if (out) *out = &req->base;
   h->in_api++;
   req_dispatch(req);
@@ -1194,21 +1198,11 @@ static int request_failed(bt_http_t *h, const bt_http_opts_t *o, int err,
                           const char *why, bt_http_req_t **out) {
   hreq_t *req = calloc(1, sizeof(*req));
   if (!req) return BT_ENOMEM;
-  req->base.backend = BT_HTTP_NATIVE;
   req->h = h;
-  req->on_data = o->on_data;
-  req->on_done = o->on_done;
-  req->arg = o->arg;
   req->unsent = 1;
   req->pending_err = err;
   snprintf(req->errtext, sizeof(req->errtext), "%s", why);
-  uv_timer_init(h->loop, &req->timer);
-  req->timer.data = req;
-  h->handles++;
-  req->next = h->reqs;
-  if (h->reqs) h->reqs->prev = req;
-  h->reqs = req;
-  h->nreq++;
+  req_link(req, o);
   uv_timer_start(&req->timer, on_req_timer, 0, 0);
   if (out) *out = &req->base;
   return 0;

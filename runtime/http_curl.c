@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_BODY (512u << 20)
+#define MAX_BODY BT_HTTP_MAX_BODY
 
 /* The curl functions used here: name without "curl_", return type, params. */
 #define CURL_FUNCS(XX)                                                        \
@@ -62,10 +62,7 @@ static int loaded;           /* 0 not tried, 1 loaded, -1 failed */
 static char load_error[256]; /* why it failed, kept for later callers */
 static int global_refs;      /* clients alive: curl_global_init's users */
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-} buf_t;
+typedef bt__buf_t buf_t;
 
 typedef struct curl_req_s curl_req_t;
 
@@ -137,23 +134,6 @@ static int load_curl(void) {
     return -1;
   }
   loaded = 1;
-  return 0;
-}
-
-static int buf_add(buf_t *b, const char *p, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    char *np;
-    while (cap < b->len + n + 1) cap *= 2;
-    if (cap > MAX_BODY) return -1;
-    np = realloc(b->p, cap);
-    if (!np) return -1;
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, p, n);
-  b->len += n;
-  b->p[b->len] = '\0';
   return 0;
 }
 
@@ -357,14 +337,14 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
       return req->cancel ? 0 : len;
     }
   }
-  return buf_add(&req->resp, p, len) ? 0 : len;
+  return bt__buf_add(&req->resp, p, len, MAX_BODY) ? 0 : len;
 }
 
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   curl_req_t *req = ud;
   size_t len = sz * n;
   if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) req->head.len = 0;
-  return buf_add(&req->head, p, len) ? 0 : len;
+  return bt__buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
 }
 
 bt_curl_t *bt_curl_new(uv_loop_t *loop, int *err, char *why, size_t whylen) {

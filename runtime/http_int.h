@@ -12,6 +12,18 @@
 
 enum { BT_HTTP_NATIVE = 0, BT_HTTP_CURL = 1 };
 
+#define BT_HTTP_MAX_BODY (512u << 20)   /* a buffered response body */
+
+/* A growing byte buffer, always NUL-terminated once non-empty. */
+typedef struct {
+  char *p;
+  size_t len, cap;
+} bt__buf_t;
+
+/** Appends n bytes to b unless that makes it longer than max. Returns 0,
+ * or -1 (too long, or out of memory). */
+int bt__buf_add(bt__buf_t *b, const char *p, size_t n, size_t max);
+
 /* The first member of both backends' requests: which backend owns it. */
 struct bt_http_req_s {
   int backend;
