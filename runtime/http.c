@@ -361,6 +361,13 @@ static void conn_close(conn_t *c) {
   host_kick(ho);
 }
 
+/* Sends req on c, a connected connection nobody else uses. */
+static void conn_give(conn_t *c, hreq_t *req) {
+  c->req = req;
+  req->conn = c;
+  conn_send(c);
+}
+
 /* c finished an exchange and can carry another: to the first waiter of its
  * host, else onto the idle list (the oldest idle one closed beyond
  * MAX_IDLE). */
@@ -370,9 +377,7 @@ static void conn_release(conn_t *c) {
   if (ho->wait_head) {
     hreq_t *req = ho->wait_head;
     wait_remove(req);
-    req->conn = c;
-    c->req = req;
-    conn_send(c);
+    conn_give(c, req);
     return;
   }
   c->idle = 1;
@@ -889,9 +894,7 @@ static void req_dispatch(hreq_t *req) {
   if (ho->idle && !req->fresh) {
     conn_t *c = ho->idle;
     idle_remove(c);
-    c->req = req;
-    req->conn = c;
-    conn_send(c);
+    conn_give(c, req);
     return;
   }
   if (ho->nconn < MAX_CONNS) {
