@@ -397,6 +397,7 @@ local function list_all(self)
   -- them at once, so that a node that loaded a large store starts small.
   r = nil
   collectgarbage()
+  self.listed = true
   return rev_of_listing
 end
 

@@ -123,7 +123,14 @@ T.is(gaps, 0, "no instant missing")
 T.is(#bad, 0, "every instant: one run record, succeeded, one execution " .. table.concat(bad, "; "))
 local nn = 0
 for _ in pairs(ran_on) do nn = nn + 1 end
-T.ok(nn >= 2, "runs spread over the nodes (" .. nn .. " of 3 ran some)")
+if not T.ok(nn >= 2, "runs spread over the nodes (" .. nn .. " of 3 ran some)") then
+  local files = require "lib.files"
+  for i = 2, #fires - 1 do T.diag(("instant %d ran on %s"):format(fires[i], by[fires[i]].node)) end
+  for _, n in ipairs { "n1", "n2", "n3" } do
+    local log = files.read(tmp .. "/" .. n .. ".log") or ""
+    T.diag(n .. ".log:\n" .. log:sub(-3000))
+  end
+end
 local rec = by[fires[2]]
 T.ok(rec.fence and rec.code_revision and rec.started and rec.finished and rec.attempt == 1,
      "a run record has fence, code revision, times and attempt")

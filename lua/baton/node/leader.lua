@@ -267,6 +267,10 @@ end
 -- Runs while this node leads (until stopping).
 function M.run(self)
   local P, e = self.P, self.e
+  -- A node can win the election before its first listing of the store is
+  -- applied; the first misfire check needs the jobs, or it finds nothing
+  -- and the next one, a period later, judges a later stretch of time.
+  while not self.listed and self.leader and not self.stopping do baton.sleep(0.05) end
   seed_marks(self)
   M.misfires(self)
   scan_inflight(self)
