@@ -165,6 +165,11 @@ int bt_etcd_parse_endpoints(const char *list, char ***out, char *msg,
       memcpy(s, p, len);
       s[len] = '\0';
       eps[n++] = s;
+      if (!bt_http_url_ok(s)) {
+        set_msg(msg, msglen, "endpoint \"%s\" is not a valid URL (host, or "
+                "port 1-65535)", s);
+        goto fail;
+      }
     }
     p += e ? (size_t) (e - p) + 1 : strlen(p);
   }

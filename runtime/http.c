@@ -94,7 +94,7 @@ struct conn_s {
   struct sockaddr_storage addrs[MAX_ADDRS];
   uint64_t t_connect;
   /* the response being read */
-  int st, keep, chunked, stream_ok, minor;
+  int st, keep, chunked, stream_ok;
   int64_t clen;
   uint64_t left;
   size_t got;              /* response bytes seen, this request */
@@ -535,8 +535,7 @@ static int on_line(conn_t *c, const char *l, size_t n) {
       st = st * 10 + (l[i] - '0');
     }
     if (n > 12 && l[12] != ' ') return proto_error(c, "bad status");
-    c->minor = l[7] - '0';
-    c->keep = c->minor >= 1;
+    c->keep = l[7] >= '1';     /* HTTP/1.0 closes unless it says keep-alive */
     req->status = st;
     if (bt__buf_add(&req->head, l, n, MAX_HEAD) ||
         bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
@@ -731,25 +730,22 @@ static void conn_send(conn_t *c) {
   }
 }
 
+/* A connect attempt failed with err: once the handle has closed,
+ * on_tcp_closed tries the next address, and the request fails after the
+ * last one. */
+static void conn_connect_failed(conn_t *c, int err) {
+  c->last_err = err;
+  c->reconnect = 1;
+  uv_close((uv_handle_t *) &c->tcp, on_tcp_closed);
+}
+
 static void on_connect(uv_connect_t *cr, int status) {
   conn_t *c = cr->data;
   hreq_t *req = c->req;
 
   if (c->closing || status == UV_ECANCELED) return;
   if (status < 0) {
-    c->last_err = status;
-    if (c->next_addr < c->naddr) {
-      c->reconnect = 1;
-      uv_close((uv_handle_t *) &c->tcp, on_tcp_closed);
-      return;
-    }
-    if (req) {
-      req->unsent = 1;
-      req_fail(req, status, "Failed to connect to %s port %s: %s",
-               c->host->name, c->host->port, uv_strerror(status));
-    } else {
-      conn_close(c);
-    }
+    conn_connect_failed(c, status);
     return;
   }
   c->connected = 1;
@@ -763,22 +759,21 @@ static void on_connect(uv_connect_t *cr, int status) {
   else conn_release(c);
 }
 
-/* Connects c to its next address. */
+/* Connects c to its next address, or fails its request when none is left. */
 static void conn_connect_next(conn_t *c) {
   bt_http_t *h = c->host->h;
   hreq_t *req = c->req;
   int err;
 
   if (c->next_addr >= c->naddr) {
-    if (req) {
-      req->unsent = 1;
-      req_fail(req, c->last_err ? c->last_err : BT_ECONNREFUSED,
-               "Failed to connect to %s port %s: %s", c->host->name,
-               c->host->port, uv_strerror(c->last_err ? c->last_err
-                                                      : UV_ECONNREFUSED));
-    } else {
+    err = c->last_err ? c->last_err : UV_ECONNREFUSED;
+    if (!req) {
       conn_close(c);
+      return;
     }
+    req->unsent = 1;
+    req_fail(req, err, "Failed to connect to %s port %s: %s", c->host->name,
+             c->host->port, uv_strerror(err));
     return;
   }
   err = uv_tcp_init(h->loop, &c->tcp);
@@ -797,22 +792,7 @@ static void conn_connect_next(conn_t *c) {
   err = uv_tcp_connect(&c->creq, &c->tcp,
                        (const struct sockaddr *) &c->addrs[c->next_addr++],
                        on_connect);
-  if (err) {
-    c->last_err = err;
-    if (c->next_addr < c->naddr) {
-      c->reconnect = 1;
-      uv_close((uv_handle_t *) &c->tcp, on_tcp_closed);
-    } else {
-      uv_close((uv_handle_t *) &c->tcp, on_tcp_closed);
-      if (req) {
-        req->unsent = 1;
-        req_fail(req, err, "Failed to connect to %s port %s: %s",
-                 c->host->name, c->host->port, uv_strerror(err));
-      } else {
-        conn_close(c);
-      }
-    }
-  }
+  if (err) conn_connect_failed(c, err);
 }
 
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai) {
@@ -923,13 +903,16 @@ typedef struct {
   size_t pathlen;
 } url_t;
 
-/* Splits an http:// URL. Returns 0 or BT_EINVAL. */
+/* Splits an http:// URL (an https:// one only for bt_http_url_ok).
+ * Returns 0 or BT_EINVAL. */
 static int url_parse(const char *url, url_t *u) {
-  const char *p = url + 7, *auth_end, *at = NULL, *hp, *he, *q;
-  long port = 80;
+  const char *p, *auth_end, *at = NULL, *hp, *he, *q;
+  long port;
 
   memset(u, 0, sizeof(*u));
-  if (strncasecmp(url, "http://", 7)) return BT_EINVAL;
+  if (strncasecmp(url, "http://", 7) == 0) p = url + 7, port = 80;
+  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8, port = 443;
+  else return BT_EINVAL;
   auth_end = p + strcspn(p, "/?#");
   for (q = p; q < auth_end; q++)
     if (*q == '@') at = q;
@@ -1032,62 +1015,65 @@ static size_t header_line(const char *line, char *w) {
   return n + 2;
 }
 
+/* The base64 of a URL's "user:password", decoded from %-escapes (malloc'd),
+ * or NULL when out of memory. */
+static char *basic_credentials(const url_t *u) {
+  char *cred = malloc(u->ulen + u->plen + 2), *b = NULL;
+  size_t cl;
+  if (!cred) return NULL;
+  cl = pct_decode(cred, u->user, u->ulen);
+  cred[cl++] = ':';
+  if (u->pass) cl += pct_decode(cred + cl, u->pass, u->plen);
+  b = malloc(bt_b64_enclen(cl));
+  if (b) bt_b64_encode(b, cred, cl);
+  free(cred);
+  return b;
+}
+
 /* Writes req's bytes to req->out. Returns 0 or BT_ENOMEM. */
 static int build_request(hreq_t *req, const bt_http_opts_t *o, const url_t *u,
                          const char *method) {
-  char auth[1100] = "", *w;
-  size_t n = 0, i;
+  char *cred = NULL, *w;
+  size_t n, i;
   int with_len = o->body || !strcmp(method, "POST") || !strcmp(method, "PUT") ||
                  !strcmp(method, "PATCH");
+  int own_host = !has_header(o->headers, "Host");
   char lenline[48] = "";
 
-  if (u->user && !has_header(o->headers, "Authorization")) {
-    char cred[520], *b;
-    size_t cl, bl;
-    if (u->ulen + u->plen + 1 < sizeof(cred)) {
-      cl = pct_decode(cred, u->user, u->ulen);
-      cred[cl++] = ':';
-      if (u->pass) cl += pct_decode(cred + cl, u->pass, u->plen);
-      bl = bt_b64_enclen(cl);
-      b = malloc(bl);
-      if (!b) return BT_ENOMEM;
-      bt_b64_encode(b, cred, cl);
-      snprintf(auth, sizeof(auth), "Authorization: Basic %s\r\n", b);
-      free(b);
-    }
-  }
+  if (u->user && !has_header(o->headers, "Authorization") &&
+      !(cred = basic_credentials(u)))
+    return BT_ENOMEM;
   if (with_len)
     snprintf(lenline, sizeof(lenline), "Content-Length: %zu\r\n",
              o->body ? o->body_len : (size_t) 0);
 
   n = strlen(method) + 1 + (u->pathlen ? u->pathlen : 1) + 11;
-  if (!has_header(o->headers, "Host")) n += 6 + u->hplen + 2;
-  n += strlen(auth) + strlen(lenline);
+  if (own_host) n += 6 + u->hplen + 2;
+  if (cred) n += 21 + strlen(cred) + 2;
+  n += strlen(lenline);
   for (i = 0; o->headers && o->headers[i]; i++)
     n += header_line(o->headers[i], NULL);
   n += 2 + (o->body ? o->body_len : 0);
 
   req->out = w = malloc(n + 1);
-  if (!w) return BT_ENOMEM;
-  w += sprintf(w, "%s ", method);
-  if (u->pathlen == 0) *w++ = '/';
-  else if (u->path[0] == '?') {
-    *w++ = '/';
-    memcpy(w, u->path, u->pathlen);
-    w += u->pathlen;
-  } else {
-    memcpy(w, u->path, u->pathlen);
-    w += u->pathlen;
+  if (!w) {
+    free(cred);
+    return BT_ENOMEM;
   }
+  w += sprintf(w, "%s ", method);
+  if (u->pathlen == 0 || u->path[0] == '?') *w++ = '/';
+  memcpy(w, u->path, u->pathlen);
+  w += u->pathlen;
   w += sprintf(w, " HTTP/1.1\r\n");
-  if (!has_header(o->headers, "Host")) {
+  if (own_host) {
     memcpy(w, "Host: ", 6);
     memcpy(w + 6, u->hostport, u->hplen);
     w += 6 + u->hplen;
     *w++ = '\r';
     *w++ = '\n';
   }
-  w += sprintf(w, "%s%s", auth, lenline);
+  if (cred) w += sprintf(w, "Authorization: Basic %s\r\n", cred);
+  w += sprintf(w, "%s", lenline);
   for (i = 0; o->headers && o->headers[i]; i++)
     w += header_line(o->headers[i], w);
   *w++ = '\r';
@@ -1097,6 +1083,7 @@ static int build_request(hreq_t *req, const bt_http_opts_t *o, const url_t *u,
     w += o->body_len;
   }
   req->outlen = (size_t) (w - req->out);
+  free(cred);
   return 0;
 }
 
@@ -1161,6 +1148,11 @@ static void req_link(hreq_t *req, const bt_http_opts_t *o) {
   if (h->reqs) h->reqs->prev = req;
   h->reqs = req;
   h->nreq++;
+}
+
+int bt_http_url_ok(const char *url) {
+  url_t u;
+  return url_parse(url, &u) == 0;
 }
 
 static int request_native(bt_http_t *h, const bt_http_opts_t *o,

@@ -69,6 +69,10 @@ const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
  * text for https), valid in on_done ("" if none). */
 const char *bt_http_req_errtext(const bt_http_req_t *req);
 
+/** True when url is an http:// or https:// URL this client can request:
+ * a host, a port from 1 to 65535 if one is given, no spaces or controls. */
+int bt_http_url_ok(const char *url);
+
 /** Number of requests in flight. */
 int bt_http_active(const bt_http_t *h);
 

@@ -24,7 +24,7 @@
 
 #define CLIENT_KEY "baton.http.client"
 #define DEFAULT_TIMEOUT 30.0
-#define CURL_ERRTEXT_MAX 256    /* CURL_ERROR_SIZE */
+#define ERRTEXT_MAX 256         /* the HTTP client's error text */
 
 /* The runtime's client, boxed in a userdata kept in the registry. The box
  * lives until lua_close, which comes after the runtime has run its
@@ -131,9 +131,9 @@ static void on_done(bt_http_req_t *req, int err, long status, const char *body,
   }
   S = bt_co_stack(co);
   if (err) {
-    char msg[1024], detail[CURL_ERRTEXT_MAX];
+    char msg[1024], detail[ERRTEXT_MAX];
     size_t dl;
-    /* curl's text, without its trailing space or newline */
+    /* the client's own words (curl's for https), trimmed */
     snprintf(detail, sizeof(detail), "%s", bt_http_req_errtext(req));
     dl = strlen(detail);
     while (dl > 0 && (detail[dl - 1] == ' ' || detail[dl - 1] == '\n'))
@@ -164,7 +164,7 @@ static void on_done(bt_http_req_t *req, int err, long status, const char *body,
 }
 
 /* The coroutine was killed: cancel the request; on_done then frees w
- * (now, or when curl lets go of it). */
+ * (now, or once the client lets go of it). */
 static void http_cancel(void *data) {
   hwait_t *w = data;
   w->co = NULL;

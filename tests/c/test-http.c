@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "http.h"
+#include "b64.h"
 #include "err.h"
 #include "tap.h"
 
@@ -1562,8 +1563,24 @@ static void test_names(uv_loop_t *loop) {
   ok(req_hdr_is(s, 1, "Host", host) &&
      starts(s->raw[1], s->raw_len[1], "GET /auth HTTP/1.1\r\n"),
      "names: no user info in Host or the request line");
-  finish(loop, h, "names");
   res_free(&r);
+
+  /* Credentials of any length are sent, not dropped. */
+  {
+    char big[1200], cred[710], want[1000];
+    memset(cred, 'p', sizeof(cred));
+    memcpy(cred, "u:", 2);
+    snprintf(big, sizeof(big), "http://%.*s@127.0.0.1:%d/long",
+             (int) sizeof(cred), cred, s->port);
+    memcpy(want, "Basic ", 6);
+    bt_b64_encode(want + 6, cred, sizeof(cred));
+    o = opts(&r, big);
+    fetch(loop, h, &o, &r);
+    ok(r.err == 0 && req_hdr_is(s, 2, "Authorization", want),
+       "names: a 710-byte user:password is sent whole");
+    res_free(&r);
+  }
+  finish(loop, h, "names");
 }
 
 /* ---- 15. https goes elsewhere --------------------------------------- */

@@ -43,6 +43,11 @@ assert(mixed:delete(P, { prefix = true }))
 local bad, berr, bcode = baton.etcd.new { endpoints = "localhost:2379" }:get("k")
 T.is(bcode, "EINVAL", "an endpoint without http:// is refused")
 T.like(berr, "not an http:// or https:// URL", "and the message says why")
+for _, ep in ipairs { "http://127.0.0.1:99999", "http://127.0.0.1:0", "http://[::1", "http://:2379" } do
+  local _, perr, pcode = baton.etcd.new { endpoints = ep }:get("k")
+  T.is(pcode, "EINVAL", ep .. " is refused")
+  T.like(perr, 'endpoint "' .. ep:gsub("%p", "%%%0") .. '" is not a valid URL', "naming it: " .. tostring(perr))
+end
 
 -- The CLI: a script that asserts on the failure exits 1, first line names
 -- the endpoint.

@@ -134,6 +134,9 @@ do
   r, msg = baton.http{url = "http://user:secret@127.0.0.1:1/x?a=b"}
   T.is(msg, "ECONNREFUSED: http://127.0.0.1:1/x?a=b: connection refused",
        "credentials are left out of messages")
+  r, msg, code = baton.http{url = "http://127.0.0.1:99999/"}
+  T.is(code, "EINVAL", "a port out of range: EINVAL")
+  T.is(msg, "EINVAL: http://127.0.0.1:99999/: invalid argument", "naming the URL")
 
   local port, close = silent_listener()
   if not port then
