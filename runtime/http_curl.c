@@ -35,7 +35,6 @@
 /* The curl functions used here: name without "curl_", return type, params. */
 #define CURL_FUNCS(XX)                                                        \
   XX(global_init, CURLcode, (long))                                           \
-  XX(global_cleanup, void, (void))                                            \
   XX(multi_init, CURLM *, (void))                                             \
   XX(multi_setopt, CURLMcode, (CURLM *, CURLMoption, ...))                    \
   XX(multi_cleanup, CURLMcode, (CURLM *))                                     \
@@ -60,7 +59,6 @@ static struct {
 
 static int loaded;           /* 0 not tried, 1 loaded, -1 failed */
 static char load_error[256]; /* why it failed, kept for later callers */
-static int global_refs;      /* clients alive: curl_global_init's users */
 
 typedef bt__buf_t buf_t;
 
@@ -130,6 +128,13 @@ static int load_curl(void) {
 #undef XX
   if (missing) {
     snprintf(load_error, sizeof(load_error), "libcurl has no %s", missing);
+    loaded = -1;
+    return -1;
+  }
+  /* Once per process, never undone: like the library, its global state
+   * (TLS) stays for the life of the process. */
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(load_error, sizeof(load_error), "curl_global_init failed");
     loaded = -1;
     return -1;
   }
@@ -360,12 +365,10 @@ bt_curl_t *bt_curl_new(uv_loop_t *loop, int *err, char *why, size_t whylen) {
   }
   c = calloc(1, sizeof(*c));
   if (!c) goto fail;
-  if (global_refs++ == 0) cu.global_init(CURL_GLOBAL_DEFAULT);
   c->loop = loop;
   c->multi = cu.multi_init();
   if (!c->multi) {
     free(c);
-    if (--global_refs == 0) cu.global_cleanup();
     goto fail;
   }
   cu.multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
@@ -391,7 +394,6 @@ fail:
 static void on_timer_close(uv_handle_t *hd) {
   bt_curl_t *c = hd->data;
   free(c);
-  if (--global_refs == 0) cu.global_cleanup();
 }
 
 void bt_curl_close(bt_curl_t *c) {
