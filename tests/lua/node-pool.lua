@@ -1,7 +1,7 @@
 -- The worker pool of a node: --workers caps the runs at once (the others
 -- wait for a slot, none is lost), workers are reused, each run loads the
 -- job afresh (no top-level state carried over), a run that leaves a
--- coroutine behind retires its worker, and a worker whose run timed out is
+-- coroutine behind or patches a shared module retires its worker, and a worker whose run timed out is
 -- killed and replaced.
 local T = require "tap"
 local N = require "nodes"
@@ -92,6 +92,24 @@ end
 local counts = {}
 for _, kv in ipairs(assert(e:get(P .. "count/", { prefix = true })).kvs) do counts[#counts + 1] = kv.value end
 T.is(table.concat(counts, ","), "1,1,1", "each run starts from a fresh load of the file")
+
+-- 2b. A run that patches a module all runs share retires its worker: the
+-- next job must not see the patch.
+rev = job("patch", [[
+    local b = require "baton"
+    local seen = b.patched_by_a_job
+    b.patched_by_a_job = true
+    assert(ctx:put_fenced(]] .. ("%q"):format(P .. "patch/") .. [[ .. baton.now(), tostring(seen)))]])
+T.ok(c:loaded("patch", rev), "patching job loaded")
+c:cli("job", "run", "patch")
+T.ok(ended("patch", 1), "first patching run ended")
+c:cli("job", "run", "patch")
+T.ok(ended("patch", 2), "second patching run ended")
+local seen = {}
+for _, kv in ipairs(assert(e:get(P .. "patch/", { prefix = true })).kvs) do seen[#seen + 1] = kv.value end
+T.is(table.concat(seen, ","), "nil,nil", "the second run did not see the first one's patch")
+local pp = outputs("patch")
+T.ok(pp[1] and pp[2] and pp[1].pid ~= pp[2].pid, "it ran on another worker")
 
 -- 3. A run that leaves a coroutine behind retires its worker.
 rev = job("leaky", [[baton.go(function() baton.sleep(60) end)]])

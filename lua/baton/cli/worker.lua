@@ -11,8 +11,9 @@
 -- revision the node loaded (kept in a small cache), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. SIGTERM asks the
 -- current run to stop (ctx:cancelled()). A run that leaves coroutines or
--- child processes behind makes the worker retire (exit after its reply), so
--- the next run starts clean; the node kills a worker whose run timed out and
+-- child processes behind, or changes a loaded module or the string
+-- metatable, makes the worker retire (exit after its reply), so the next
+-- run starts clean; the node kills a worker whose run timed out and
 -- starts a fresh one. When the channel closes (the node stopped) the worker
 -- exits; if the node dies, the kernel kills the worker (PR_SET_PDEATHSIG).
 local baton = require "baton"
@@ -32,7 +33,7 @@ end
 -- sent the record as it claimed it.
 local function record_success(run, started)
   local rec = opt(run.record)
-  if not rec or rec.attempt ~= run.attempt then return false end
+  if not rec then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now(), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
   return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task) },
@@ -109,6 +110,40 @@ local function context(run, state)
   return ctx
 end
 
+-- What every run of this process shares: the loaded modules (_G, string,
+-- baton, ...) and the string metatable, each with a copy of its fields.
+local function shared_state()
+  local function copy(t)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    return c
+  end
+  local snap = { mods = {}, smt = getmetatable("") }
+  for name, mod in pairs(package.loaded) do
+    snap.mods[name] = { mod = mod, fields = type(mod) == "table" and copy(mod) or nil }
+  end
+  snap.smt_fields = snap.smt and copy(snap.smt)
+  return snap
+end
+
+local function same_fields(t, fields)
+  for k, v in pairs(t) do if not rawequal(fields[k], v) then return false end end
+  for k in pairs(fields) do if rawget(t, k) == nil then return false end end
+  return true
+end
+
+-- True when what the run found shared is as it found it (a module it
+-- loaded for itself does not count).
+local function shared_unchanged(snap)
+  for name, m in pairs(snap.mods) do
+    local mod = package.loaded[name]
+    if not rawequal(mod, m.mod) then return false end
+    if m.fields and not same_fields(mod, m.fields) then return false end
+  end
+  local smt = getmetatable("")
+  return rawequal(smt, snap.smt) and (not smt or same_fields(smt, snap.smt_fields))
+end
+
 -- Runs one run; returns the reply for the node.
 local function execute(run, state)
   local src, serr = source(run)
@@ -150,11 +185,14 @@ return function()
     local run = okd and type(msg) == "table" and opt(msg.run)
     if run and not state.busy then
       state.busy, state.cancelled = true, false
-      local before = baton._coroutines()
+      local before, shared = baton._coroutines(), shared_state()
       baton.go(function()
         local reply = execute(run, state)
-        -- Of the run, only this coroutine may be left.
+        -- Of the run, only this coroutine may be left, and what all runs
+        -- share must be as it was: a job that patched a module or the
+        -- string metatable would otherwise change the next job's world.
         reply.retire = baton._coroutines() > before + 1 or baton._children() > 0
+          or not shared_unchanged(shared)
         state.busy = false
         ch:send(json.encode(reply))
         if reply.retire then baton.exit(0) end
