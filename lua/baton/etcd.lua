@@ -468,10 +468,9 @@ function Client:watch(key, opts)
   elseif opts.range_end then o.range_end = opts.range_end end
   local c, err, code = self:_raw()
   if not c then return nil, err, code end
-  local w, rev
-  w, rev, code = c:watch(o)
-  if not w then return nil, rev, code end
-  return setmetatable({ _w = w, start_revision = rev, created_revision = code },
+  local w, rev, created = c:watch(o)
+  if not w then return nil, rev, created end -- (nil, message, code)
+  return setmetatable({ _w = w, start_revision = rev, created_revision = created },
                       Watcher)
 end
 

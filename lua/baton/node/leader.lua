@@ -79,10 +79,8 @@ end
 -- of runs), then those runs one by one.
 local function scan_inflight(self)
   local P, e = self.P, self.e
-  local r = e:txn { success = { { get = { key = P .. "inflight/", range_end = P .. "inflight0",
-                                          keys_only = true } },
-                                { get = { key = P .. "running/", range_end = P .. "running0",
-                                          keys_only = true } } } }
+  local r = e:txn { success = { { get = { key = P .. "inflight/", prefix = true, keys_only = true } },
+                                { get = { key = P .. "running/", prefix = true, keys_only = true } } } }
   if not r then return end
   local marked = {}
   for _, kv in ipairs(r.responses[2].kvs) do marked[kv.key:sub(#P + 9)] = true end
@@ -102,7 +100,8 @@ end
 -- Sets where the misfire check of every job not yet checked starts (its
 -- newest run record), reading them 128 jobs per transaction: a leader that
 -- takes over a store of thousands of jobs makes tens of requests, not
--- thousands.
+-- thousands. A batch whose read fails stays unseeded and is read again at
+-- the next check, so no outage is forgotten.
 local function seed_marks(self)
   local P, e, now = self.P, self.e, baton.now()
   self.marks = self.marks or {}
@@ -151,10 +150,7 @@ local function misfire_plan(self, name, j, now, horizon)
   if spec.manual or spec.queue or j.paused then return end
   self.marks = self.marks or {}
   local from = self.marks[name]
-  if not from then
-    self.marks[name] = now -- (seed_marks sets it; a job loaded since starts now)
-    return
-  end
+  if not from then return end -- not seeded yet (its read failed): next check
   if horizon <= from then return end
   local cand, t = {}, from
   while #cand < 1000 do
@@ -172,6 +168,7 @@ end
 -- 128 jobs per transaction, so an instant with no record is never missed
 -- silently and a store of thousands of jobs costs tens of requests.
 function M.misfires(self)
+  seed_marks(self)
   local P, e, now = self.P, self.e, baton.now()
   local plans, horizon = {}, misfire_horizon(self, now)
   for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now, horizon) end
@@ -271,7 +268,6 @@ function M.run(self)
   -- applied; the first misfire check needs the jobs, or it finds nothing
   -- and the next one, a period later, judges a later stretch of time.
   while not self.listed and self.leader and not self.stopping do baton.sleep(0.05) end
-  seed_marks(self)
   M.misfires(self)
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: scan within 0.2 s
