@@ -7,6 +7,30 @@ local T = require "tap"
 local N = require "nodes"
 local json = baton.json
 
+-- 0. The pool alone: only an unclaimed scheduled instant waiting for a
+-- slot is published as oldest_waiting (a retry or a queue task waiting must
+-- not hold back the leader's misfire check).
+do
+  local pool = require "baton.node.pool"
+  local node = { max_workers = 1 }
+  local p = pool.new(node)
+  T.ok(p:acquire(), "a free slot is taken at once")
+  local got = {}
+  baton.go(function() got[1] = p:acquire() end)          -- a retry: no instant
+  baton.sleep(0)
+  T.is(p:oldest_waiting(), nil, "a waiting retry publishes no instant")
+  baton.go(function() got[2] = p:acquire(1234) end)      -- a scheduled instant
+  baton.sleep(0)
+  T.is(p:oldest_waiting(), 1234, "a waiting instant is published")
+  p:release(); baton.sleep(0)
+  T.is(got[1], true, "the first waiter got the slot first")
+  p:release(); baton.sleep(0)
+  T.is(got[2], true, "then the second")
+  T.is(p:oldest_waiting(), nil, "nothing waits any more")
+  node.stopping = true
+  p:stop()
+end
+
 local c = N.new("nodepool")
 local e, P = c.e, c.P
 c:start("a", 5, "--workers 2")

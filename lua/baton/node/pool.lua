@@ -22,7 +22,7 @@ local M = {}
 
 function M.new(node)
   local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
-                              waiting = 0, queued = {}, freed = baton._cond() }, Pool)
+                              queued = {}, freed = baton._cond() }, Pool)
   baton.go(function()
     while not node.stopping do
       baton.sleep(IDLE_STOP / 4)
@@ -34,18 +34,17 @@ end
 
 -- Takes a run slot, waiting (first come, first served) while all are
 -- taken. Returns false once the pool is stopped.
--- fire (optional) is the instant the run is for: while it waits, the node
--- publishes the oldest such instant, so the leader does not take it for a
--- misfire.
+-- fire (optional) is the unclaimed scheduled instant the run is for: while
+-- it waits, the node publishes the oldest such instant, so the leader does
+-- not take it for a misfire. Runs already claimed (retries, takeovers) pass
+-- none: they cannot misfire, and must not hold back the leader's check.
 function Pool:acquire(fire)
   if self.closed then return false end
-  if self.slots >= self.max or self.waiting > 0 then
+  if self.slots >= self.max or next(self.queued) then
     local token = {}
-    self.waiting = self.waiting + 1
-    self.queued[token] = fire or baton.now()
+    self.queued[token] = fire or false
     self.freed:wait()
     self.queued[token] = nil
-    self.waiting = self.waiting - 1
   else
     self.slots = self.slots + 1
   end
@@ -56,7 +55,7 @@ end
 function Pool:oldest_waiting()
   local oldest
   for _, f in pairs(self.queued) do
-    if not oldest or f < oldest then oldest = f end
+    if f and (not oldest or f < oldest) then oldest = f end
   end
   return oldest
 end

@@ -231,7 +231,7 @@ end
 -- caller took it already.
 function M.execute(self, run, fence, rec, has_slot)
   local spec, P = run.spec, self.P
-  if not has_slot and not self.pool:acquire(run.fire) then return end
+  if not has_slot and not self.pool:acquire() then return end
   while true do
     local f = fields_of(self, run, { fence = fence, revision = spec.revision })
     log("info", "run started", f)
@@ -267,14 +267,15 @@ function M.execute(self, run, fence, rec, has_slot)
     if self.stopping then return end
     fence, rec = M.claim_next(self, run, rec, rev)
     if not fence then return end
-    if not self.pool:acquire(run.fire) then return end
+    if not self.pool:acquire() then return end
   end
 end
 
 -- Takes a worker slot, claims attempt 1 of run (see M.claim) and executes
 -- it. Returns whether this node ran it.
 function M.start(self, run, opts)
-  if not self.pool:acquire(run.fire) then return false end
+  -- A queue task is no scheduled instant: it cannot misfire.
+  if not self.pool:acquire(not run.task and run.fire or nil) then return false end
   local fence, rec = M.claim(self, run, opts)
   if not fence then
     self.pool:release()
