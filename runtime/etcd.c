@@ -8,6 +8,7 @@
 #include "etcd.h"
 #include "b64.h"
 #include "err.h"
+#include "fence.h"
 #include "http.h"
 
 #include <stdarg.h>
@@ -888,6 +889,7 @@ struct bt_etcd_keep_s {
   bt_etcd_call_t *call;
   uv_timer_t timer;
   int stopping, closing, lost;
+  int fences;                /* publishes its fence moment (fence.h) */
   bt_etcd_keep_cb cb;
   void *arg;
 };
@@ -901,6 +903,17 @@ static uint64_t keep_margin(const bt_etcd_keep_t *k) {
   if (m < 200) m = 200;
   if (m > 2000) m = 2000;
   return m;
+}
+
+/* The moment past which the lease may be gone on the server, as far as
+ * this client knows, less the safety margin: the keeper declares the lease
+ * lost then, and the node's runs are fenced. */
+static uint64_t keep_fence_at(const bt_etcd_keep_t *k) {
+  return k->last_ok + (uint64_t) k->ttl * 1000 - keep_margin(k);
+}
+
+static void keep_publish(bt_etcd_keep_t *k) {
+  if (k->fences) bt_fence_publish(k, k->lost || k->stopping ? 0 : keep_fence_at(k));
 }
 
 static void on_keep_close(uv_handle_t *h) {
@@ -925,6 +938,7 @@ static void keep_lost(bt_etcd_keep_t *k, const char *msg) {
   if (k->lost || k->stopping) return;
   k->lost = 1;
   k->stopping = 1;
+  keep_publish(k);
   k->cb(k, BT_ELOST, msg, k->arg);
   if (k->call) bt_etcd_call_cancel(k->call);
   keep_finish(k);
@@ -934,7 +948,7 @@ static void on_keep_timer(uv_timer_t *t);
 
 static void keep_arm(bt_etcd_keep_t *k, uint64_t in_ms) {
   uint64_t now = mono_ms();
-  uint64_t deadline = k->last_ok + (uint64_t) k->ttl * 1000 - keep_margin(k);
+  uint64_t deadline = keep_fence_at(k);
   if (now + in_ms > deadline) in_ms = deadline > now ? deadline - now : 0;
   uv_timer_start(&k->timer, on_keep_timer, in_ms, 0);
 }
@@ -958,6 +972,7 @@ static void on_keep_res(const bt_etcd_res_t *res, void *arg) {
     }
     k->ttl = ttl;
     k->last_ok = k->sent_at;
+    keep_publish(k);
     keep_arm(k, (uint64_t) ttl * 1000 / 3);
     return;
   }
@@ -979,7 +994,7 @@ static void on_keep_timer(uv_timer_t *t) {
   int err;
 
   if (k->stopping) return;
-  if (now >= k->last_ok + (uint64_t) k->ttl * 1000 - keep_margin(k)) {
+  if (now >= keep_fence_at(k)) {
     snprintf(msg, sizeof(msg), "lease %s: no successful keepalive for %.1f s "
              "(ttl %lld s)", k->id, (double) (now - k->last_ok) / 1000.0,
              (long long) k->ttl);
@@ -1030,12 +1045,23 @@ int bt_etcd_keep(bt_etcd_t *c, const char *id, int64_t ttl, bt_etcd_keep_cb cb,
 void bt_etcd_keep_stop(bt_etcd_keep_t *k) {
   if (k->stopping) return;
   k->stopping = 1;
+  keep_publish(k);
   if (k->call) bt_etcd_call_cancel(k->call);
   keep_finish(k);
 }
 
 uint64_t bt_etcd_keep_deadline(const bt_etcd_keep_t *k) {
-  return k->last_ok + (uint64_t) k->ttl * 1000;
+  return keep_fence_at(k);
+}
+
+int bt_etcd_keep_fence(bt_etcd_keep_t *k) {
+  int fd = bt_fence_create();
+  if (fd < 0) return fd;
+  if (k->stopping) return BT_ECLOSED;
+  k->fences = 1;
+  bt_fence_own(k);
+  keep_publish(k);
+  return 0;
 }
 
 /* ---- shutdown ---------------------------------------------------------- */

@@ -135,9 +135,16 @@ int bt_etcd_keep(bt_etcd_t *c, const char *id, int64_t ttl,
 /** Stops the keepalive; the callback runs with BT_ECANCELED. */
 void bt_etcd_keep_stop(bt_etcd_keep_t *k);
 
-/** Monotonic ms (uv_hrtime based) at which the lease is surely still
- * alive on the server, as far as this client knows: last success + TTL. */
+/** Monotonic ms (uv_hrtime based) until which the lease is surely still
+ * alive on the server, as far as this client knows, with a safety margin:
+ * the send time of the last acknowledged renewal + TTL - margin. At that
+ * moment the keeper declares the lease lost. */
 uint64_t bt_etcd_keep_deadline(const bt_etcd_keep_t *k);
+
+/** Makes this keepalive the publisher of the process's fence board
+ * (fence.h, created if needed): its deadline after every renewal, 0 once
+ * the lease is lost or the keepalive stopped. Returns 0 or BT_E*. */
+int bt_etcd_keep_fence(bt_etcd_keep_t *k);
 
 /* ---- pure helpers (unit-tested) --------------------------------------- */
 

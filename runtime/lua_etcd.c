@@ -16,6 +16,7 @@
 #include "b64.h"
 #include "err.h"
 #include "etcd.h"
+#include "fence.h"
 #include "lua_json.h"
 #include "lua_mod.h"
 #include "rt.h"
@@ -509,6 +510,19 @@ static int l_keep_deadline(lua_State *L) {
   return 1;
 }
 
+/* keeper:fence() -> fd | nil, err, code: this keepalive publishes its
+ * deadline on the process's fence board (fence.h), whose descriptor the
+ * node hands to its workers. */
+static int l_keep_fence(lua_State *L) {
+  keep_t *kt = luaL_checkudata(L, 1, KEEP_MT);
+  int e;
+  if (!kt->k) return bt_push_fail(L, BT_ECLOSED, "the keepalive has ended");
+  e = bt_etcd_keep_fence(kt->k);
+  if (e) return bt_push_fail(L, e, NULL);
+  lua_pushinteger(L, bt_fence_create());
+  return 1;
+}
+
 static void keep_wait_cancel(void *data) {
   ((keep_t *) data)->waiter = NULL;
 }
@@ -605,7 +619,7 @@ int bt_lua_open_etcd(lua_State *L) {
   };
   static const luaL_Reg keep_m[] = {
     {"state", l_keep_state}, {"wait", l_keep_wait}, {"stop", l_keep_stop},
-    {"deadline", l_keep_deadline}, {NULL, NULL}
+    {"deadline", l_keep_deadline}, {"fence", l_keep_fence}, {NULL, NULL}
   };
   new_mt(L, CLIENT_MT, client_m, l_client_gc);
   new_mt(L, WATCH_MT, watch_m, l_watch_gc);
