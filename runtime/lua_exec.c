@@ -22,7 +22,9 @@
  * stderr (or /dev/null) and returns a process object at once; see the
  * "baton.spawn" section below for its lifetime.
  */
+#include "contain.h"
 #include "err.h"
+#include "fence.h"
 #include "lua_mod.h"
 #include "rt.h"
 
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EXEC_MAX_OUTPUT ((size_t) 64 << 20)   /* per stream */
 #define EXEC_READ_CHUNK ((size_t) 64 << 10)
@@ -940,6 +943,88 @@ static int l_children(lua_State *L) {
   return 1;
 }
 
+/* ---- the end of a worker's run ---------------------------------------- */
+
+/* A sweep request to the worker's containment process (contain.h): the
+ * answer signal or the timer ends it, whichever comes first; both handles
+ * are closed and the box freed by the second close callback. */
+typedef struct {
+  uv_signal_t sig;
+  uv_timer_t timer;
+  bt_co_t *co;
+  int open;
+} sweep_t;
+
+static void on_sweep_close(uv_handle_t *h) {
+  sweep_t *s = h->data;
+  if (--s->open == 0) free(s);
+}
+
+static void sweep_close(sweep_t *s) {
+  uv_signal_stop(&s->sig);
+  uv_timer_stop(&s->timer);
+  uv_close((uv_handle_t *) &s->sig, on_sweep_close);
+  uv_close((uv_handle_t *) &s->timer, on_sweep_close);
+}
+
+static void sweep_end(sweep_t *s, int ok) {
+  bt_co_t *co = s->co;
+  lua_State *S = bt_co_stack(co);
+  sweep_close(s);
+  if (ok) {
+    lua_pushboolean(S, 1);
+    bt_co_resume(co, 1);
+  } else {
+    bt_co_resume(co, bt_push_fail(S, BT_ETIMEDOUT, "the run's processes did not end"));
+  }
+}
+
+static void on_swept(uv_signal_t *h, int signum) {
+  sweep_end(h->data, 1);
+}
+
+static void on_sweep_timeout(uv_timer_t *t) {
+  sweep_end(t->data, 0);
+}
+
+static void sweep_cancel(void *data) {
+  sweep_close(data);
+}
+
+/* baton._sweep(timeout) -> true | nil, err, code (worker only): asks the
+ * containment process to end every process of the run but the worker, and
+ * waits until it says they are gone. false when the worker runs without
+ * containment. */
+static int l_sweep(lua_State *L) {
+  double secs = luaL_checknumber(L, 1);
+  bt_co_t *co;
+  sweep_t *s;
+  if (!getenv("BATON_CONTAINED")) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  co = bt_co_current(L, "baton._sweep");
+  s = calloc(1, sizeof(*s));
+  if (!s) return bt_push_fail(L, BT_ENOMEM, NULL);
+  s->co = co;
+  s->open = 2;
+  uv_signal_init(bt_lua_loop(L), &s->sig);
+  uv_timer_init(bt_lua_loop(L), &s->timer);
+  s->sig.data = s->timer.data = s;
+  uv_signal_start_oneshot(&s->sig, on_swept, BT_CONTAIN_SWEPT);
+  bt_timer_start_secs(L, &s->timer, on_sweep_timeout, secs);
+  kill(getppid(), BT_CONTAIN_SWEEP);
+  return bt_co_wait(L, co, sweep_cancel, s);
+}
+
+/* baton._fenced() -> bool: the fence board this process can read (a
+ * worker reads its node's, fence.h) says the node's lease may be gone. */
+static int l_fenced(lua_State *L) {
+  uint64_t until = bt_fence_until();
+  lua_pushboolean(L, until != BT_FENCE_NONE && bt_fence_now_ms() >= until);
+  return 1;
+}
+
 int bt_lua_open_exec(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"wait", l_proc_wait}, {"kill", l_proc_kill}, {"done", l_proc_done},
@@ -970,5 +1055,9 @@ int bt_lua_open_exec(lua_State *L) {
   lua_setfield(L, -2, "spawn");
   lua_pushcfunction(L, l_children);
   lua_setfield(L, -2, "_children");
+  lua_pushcfunction(L, l_sweep);
+  lua_setfield(L, -2, "_sweep");
+  lua_pushcfunction(L, l_fenced);
+  lua_setfield(L, -2, "_fenced");
   return 0;
 }

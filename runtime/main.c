@@ -3,6 +3,8 @@
  * Exit status: 0 success, 1 failure, 2 usage error.
  */
 #include "cli.h"
+#include "contain.h"
+#include "err.h"
 #include "rt.h"
 
 #include <lauxlib.h>
@@ -197,6 +199,18 @@ static int cli_lua(int argc, char **argv) {
   return run_main(rt, argc - 1);
 }
 
+/* baton worker: a pooled worker of baton node, below its containment
+ * process (contain.h), which this call starts and only the worker leaves. */
+static int cli_worker(int argc, char **argv) {
+  int e = bt_contain_worker();
+  if (e) {
+    fprintf(stderr, "baton: worker: cannot contain the run's processes: %s\n",
+            bt_strerror(e));
+    return 1;
+  }
+  return cli_lua(argc, argv);
+}
+
 static int cli_version(int argc, char **argv) {
   printf("baton %s\n", BATON_VERSION);
   return 0;
@@ -211,7 +225,7 @@ static const struct {
   {"cron", bt_cli_cron},
   {"lock", cli_lua},
   {"node", cli_lua},
-  {"worker", cli_lua},
+  {"worker", cli_worker},
   {"elect", cli_lua},
   {"check", cli_lua},
   {"job", cli_lua},
