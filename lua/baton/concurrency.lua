@@ -84,12 +84,24 @@ function Session:wait()
 end
 
 -- Revokes the lease: every lock and election key of the session goes.
+-- The session is closed at once; if etcd could not be told, a later call
+-- tries the revocation again.
 function Session:close()
-  if self._closed then return true end
+  if self._revoked then return true end
   self._closed = true
   local ok, err, code = self._lease:revoke()
   if not ok and code ~= "ENOLEASE" then return nil, err, code end
+  self._revoked = true
   return true
+end
+
+-- (baton node) Makes this session's keepalive publish its deadline on the
+-- process's fence board (runtime/fence.h), which the node's workers read;
+-- returns the board's descriptor.
+function Session:_fence()
+  local keeper = self._lease._keeper
+  if self._closed or not keeper then return nil, "ECLOSED: the session is closed", "ECLOSED" end
+  return keeper:fence()
 end
 
 local function check_session(s, fn)

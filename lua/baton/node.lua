@@ -40,23 +40,30 @@ local function node_info(self)
   }
 end
 
--- Registers P nodes/<name> on the session's lease; refuses a name that a
--- live node already has.
-local function register(self)
+-- Registers P nodes/<name> on session s's lease; refuses a name that a
+-- live node already has, but replaces this node's own registration on the
+-- lease of its previous session (old_lease), which may outlive the session
+-- the node declared lost.
+local function register(self, s, old_lease)
   local e, key = self.e, self.P .. "nodes/" .. self.name
+  local put = { { put = { key = key, value = node_info(self), lease = s.lease } } }
   local r, err, code = e:txn {
     compare = { { key = key, target = "create", op = "==", value = 0 } },
-    success = { { put = { key = key, value = node_info(self), lease = self.s.lease } } },
+    success = put,
+    failure = old_lease and { { txn = {
+      compare = { { key = key, target = "lease", op = "==", value = old_lease } },
+      success = put } } } or nil,
   }
   if not r then return nil, err, code end
-  if not r.succeeded then
+  if not r.succeeded and not (old_lease and r.responses[1] and r.responses[1].succeeded) then
     return nil, "EEXIST: the name is in use by a live node", "EEXIST"
   end
   return true
 end
 
 local function publish(self)
-  self.e:put(self.P .. "nodes/" .. self.name, node_info(self), { lease = self.s.lease })
+  local s = runs.live(self)
+  if s then self.e:put(self.P .. "nodes/" .. self.name, node_info(self), { lease = s.lease }) end
 end
 
 ---------------------------------------------------------------------------
@@ -121,21 +128,27 @@ end
 -- Claims and runs one instant of a job on this node (immediate: no policy
 -- delay, used by the leader for misfires). A sharded job's instant is one
 -- run per shard: this node claims the shards the policy assigned to it at
--- once, and the others after SHARD_GRACE if nobody did.
-local function run_instant(self, name, j, fire, immediate)
+-- once, and the others after SHARD_GRACE (the claim fails harmlessly for a
+-- shard another node has). only (a list of shard indexes) limits it to
+-- those shards.
+local function run_instant(self, name, j, fire, immediate, only)
   local spec = j.spec
   local instant = util.instant(fire)
   if (spec.shards or 1) > 1 then
     local a = assign_shards(self, name, spec, fire)
-    for i = 1, spec.shards do
+    local list = only
+    if not list then
+      list = {}
+      for i = 1, spec.shards do list[i] = i end
+    end
+    for _, i in ipairs(list) do
       baton.go(function()
         local run = { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
                       shard = { index = i, total = spec.shards,
                                 param = spec.shard_params and spec.shard_params[i] } }
         if a[i] ~= self.name and not immediate then
           baton.sleep(SHARD_GRACE)
-          local k = self.e:get(runs.keys(self.P, name, run.id).run, { count_only = true })
-          if not k or k.count > 0 or self.stopping or self.jobs[name] ~= j or j.paused then return end
+          if self.stopping or self.jobs[name] ~= j or j.paused then return end
         end
         runs.start(self, run)
       end)
@@ -187,6 +200,38 @@ local function on_trigger(self, key, value)
     extra_success = { { delete = { key = key } } },
     skip_ops = { { delete = { key = key } } },
   })
+end
+
+-- A run waits for its next attempt (P pending/<job>/<id>: a retry, or a
+-- re-run after its node was lost or stopped). Every node that may run the
+-- job takes its turn from the job's policy, as for a first run (the key
+-- it ranks is the pending key and the attempt), once the attempt is due;
+-- the claim (runs.take_pending) succeeds on one node only. While etcd
+-- cannot be asked, it tries again; it stops once the entry is gone or
+-- changed (mod is its mod revision: a new entry gets a turn of its own).
+local function on_pending(self, key, value, mod)
+  local P = self.P
+  local job, id = key:sub(#P + 9):match("^([^/]+)/(.+)$")
+  if not job or self.pending_seen[key] == mod then return end
+  local ok, req = pcall(json.decode, value)
+  if not ok or type(req) ~= "table" then req = {} end
+  self.pending_seen[key] = mod
+  local function go()
+    local j = self.jobs[job]
+    if not j then return end
+    local wait = (tonumber(req.at) or 0) - self.now()
+    if wait > 0 then baton.sleep(wait) end
+    local delay = claim_delay(self, job, j.spec, key .. "#" .. tostring(req.attempt))
+    if delay == nil then return end
+    if delay > 0 then baton.sleep(delay) end
+    while not self.stopping and self.jobs[job] do
+      local ran, why = runs.take_pending(self, job, self.jobs[job], id, mod)
+      if ran ~= nil or why ~= "again" then return end
+      baton.sleep(1)
+    end
+  end
+  go()
+  if self.pending_seen[key] == mod then self.pending_seen[key] = nil end
 end
 
 -- The timetable: one min-heap of (next instant, job version) for the whole
@@ -364,6 +409,7 @@ local function list_all(self)
     { get = { key = P .. "nodes/", prefix = true } },
     { get = { key = P .. "trigger/", prefix = true } },
     { get = { key = P .. "policies/", prefix = true } },
+    { get = { key = P .. "pending/", prefix = true } },
   } }
   if not r then return nil, err, code end
   local rev_of_listing = r.revision
@@ -393,6 +439,9 @@ local function list_all(self)
     if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
   end
   for _, kv in ipairs(r.responses[4].kvs) do baton.go(on_trigger, self, kv.key, kv.value) end
+  for _, kv in ipairs(r.responses[6].kvs) do
+    baton.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
+  end
   -- The listing's response and its decoded copies are garbage now; collect
   -- them at once, so that a node that loaded a large store starts small.
   r = nil
@@ -415,6 +464,8 @@ local function on_event(self, ev)
     else remove_policy(self, name) end
   elseif key:sub(1, #P + 8) == P .. "trigger/" then
     if ev.type == "put" then baton.go(on_trigger, self, key, ev.kv.value) end
+  elseif key:sub(1, #P + 8) == P .. "pending/" then
+    if ev.type == "put" then baton.go(on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
   elseif key:sub(1, #P + 7) == P .. "cancel/" then
     if ev.type == "put" then
       local job, id = key:sub(#P + 8):match("^([^/]+)/(.+)$")
@@ -443,7 +494,8 @@ local function follow(self)
     else
       local watchers = {}
       local compacted = false
-      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/", "policies/" } do
+      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/", "policies/",
+                             "pending/" } do
         local w, werr = e:watch(P .. sub, { prefix = true, start_revision = rev + 1 })
         if not w then
           log("warn", "watch failed; listing again", { prefix = P .. sub, error = werr })
@@ -480,23 +532,25 @@ end
 ---------------------------------------------------------------------------
 -- the node
 
-local function stop_workers(self, sig)
-  for p in pairs(self.workers) do p:kill(sig) end
-end
-
--- Starts a session, registers the node on it and campaigns.
-local function join(self)
+-- Starts a session, makes it the one the node's runs are fenced by (its
+-- keepalive publishes its deadline on the fence board that each worker's
+-- containment process reads), registers the node on it (replacing the
+-- registration of old, the node's previous session, if that is still
+-- there) and campaigns.
+local function join(self, old)
   local s, err, code = baton.session { ttl = self.ttl }
   if not s then return nil, err, code end
-  self.s = s
-  local ok, rerr, rcode = register(self)
+  local fd, ferr, fcode = s:_fence()
+  if not fd then s:close(); return nil, ferr, fcode end
+  local ok, rerr, rcode = register(self, s, old and old.lease)
   if not ok then s:close(); return nil, rerr, rcode end
+  self.s, self.fence_fd, self.fenced = s, fd, false
   -- The cluster election: the leader does the housekeeping that needs one
   -- decider (node/leader.lua) until its session ends.
   baton.go(function()
     local el = baton.election(s, self.P .. "election")
-    if el:campaign(self.name) and self.s == s and not self.stopping then
-      self.leader = true
+    if el:campaign(self.name) and runs.live(self, s) and not self.stopping then
+      self.leader = {}
       log("info", "elected cluster leader", { node = self.name })
       leader.run(self)
     end
@@ -504,48 +558,86 @@ local function join(self)
   return true
 end
 
+-- Self-fencing. The C keepalive declares the session lost before its lease
+-- can have expired on etcd (on the monotonic clock, with a margin); each
+-- worker's containment process ends its run at the same moment by itself,
+-- even if this process is stopped. From then on nothing uses the session
+-- (runs.live): every run and its processes are stopped first, and only
+-- then is anything else done: the log line, the revocation of the old
+-- lease (etcd may keep it alive across its own leader changes: revoking
+-- frees the runs for takeover at once, now that they are provably
+-- stopped), and a new session, retried until it works.
+local function fence(self)
+  while not self.stopping do
+    local s = self.s
+    local why = s:wait()
+    if self.stopping then return end
+    self.fenced = true
+    self.leader = false
+    self.pool:stop_all()
+    log("error", "session lost; runs stopped", { node = self.name, lease = s.lease, reason = why })
+    local revoked
+    while not self.stopping do
+      if not revoked then
+        revoked = s:close()
+      end
+      local jok, jerr = join(self, s)
+      if jok then
+        log("info", "node rejoined", { node = self.name, lease = self.s.lease, old_lease = s.lease })
+        break
+      end
+      log("warn", "rejoin failed; retrying", { node = self.name, error = jerr })
+      baton.sleep(1)
+    end
+  end
+end
+
+-- SIGINT/SIGTERM/SIGHUP: stop taking work, ask the runs to stop (SIGTERM to
+-- every process of theirs, ctx:cancelled()) and give them the grace
+-- period; then end what is left, wait until their ends are recorded (a run
+-- the node had to interrupt is recorded so, and runs again elsewhere as its
+-- on_node_loss says, now that its processes are gone), and close the
+-- session.
+local function stop(self, sig)
+  self.stopping = true
+  self.leader = false
+  log("info", "stopping: waiting for runs to end", { node = self.name, signal = sig,
+                                                    running = self.nrunning })
+  self.pool:close()
+  for w in pairs(self.pool.busy) do self.pool:interrupt(w) end
+  local deadline = baton.monotime() + self.grace
+  while self.nrunning > 0 and baton.monotime() < deadline do baton.sleep(0.1) end
+  self.pool:stop_all()
+  deadline = baton.monotime() + self.grace
+  while self.executing > 0 and baton.monotime() < deadline do baton.sleep(0.05) end
+  self.s:close()
+  log("info", "node stopped", { node = self.name })
+end
+
 function M.run(opts)
   local self = {
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
-    jobs = {}, bad = {}, paused = {}, nodes = {}, workers = {}, nrunning = 0, queues = {},
-    timetable = {}, policies = {}, bad_policies = {},
+    jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
+    timetable = {}, policies = {}, bad_policies = {}, pending_seen = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
+  self.now = function() return baton.now() end
   self.policy_for = function(spec) return policy_for(self, spec) end
   self.job_view = job_view
   self.decide = function(name, spec, fname, fields, ...) return decide(self, name, spec, fname, fields, ...) end
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
-  self.run_instant = function(name, j, fire, immediate) return run_instant(self, name, j, fire, immediate) end
+  self.run_instant = function(name, j, fire, immediate, only)
+    return run_instant(self, name, j, fire, immediate, only)
+  end
   local ok, err = join(self)
   if not ok then return nil, "node " .. self.name .. ": " .. err end
   self.pool = pool.new(self)
   self.nodes[self.name] = { name = self.name, labels = self.labels }
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P })
-
-  -- Self-fencing: the C keeper declares the lease lost before it can have
-  -- expired on the server; every run of this node stops at once. Then the
-  -- node joins again with a new session.
-  baton.go(function()
-    while not self.stopping do
-      local why = self.s:wait()
-      if self.stopping then return end
-      self.leader = false
-      stop_workers(self, "SIGKILL")
-      log("error", "session lost; runs stopped", { node = self.name, reason = why })
-      while not self.stopping do
-        local jok, jerr = join(self)
-        if jok then
-          log("info", "node rejoined", { node = self.name, lease = self.s.lease })
-          break
-        end
-        log("warn", "rejoin failed; retrying", { node = self.name, error = jerr })
-        baton.sleep(1)
-      end
-    end
-  end)
+  baton.go(fence, self)
 
   -- Keep the published node info (running runs) fresh.
   baton.go(function()
@@ -560,18 +652,7 @@ function M.run(opts)
   baton.go(follow, self)
   baton.go(timetable_loop, self)
 
-  local sig = baton.signal { "SIGINT", "SIGTERM", "SIGHUP" }
-  self.stopping = true
-  self.leader = false
-  log("info", "stopping: waiting for runs to end", { node = self.name, signal = sig,
-                                                    running = self.nrunning })
-  local deadline = baton.monotime() + self.grace * 2
-  stop_workers(self, "SIGTERM")
-  self.pool:stop()
-  while self.nrunning > 0 and baton.monotime() < deadline do baton.sleep(0.1) end
-  stop_workers(self, "SIGKILL")
-  self.s:close()
-  log("info", "node stopped", { node = self.name })
+  stop(self, baton.signal { "SIGINT", "SIGTERM", "SIGHUP" })
   return true
 end
 

@@ -28,7 +28,7 @@ do
   T.is(got[2], true, "then the second")
   T.is(p:oldest_waiting(), nil, "nothing waits any more")
   node.stopping = true
-  p:stop()
+  p:close()
 end
 
 local c = N.new("nodepool")

@@ -95,7 +95,7 @@ c:cli("job", "pause", "repl")
 list = c:records("repl")
 local replaced = 0
 for _, r in ipairs(list) do
-  if r.state == "failed" and (r.error or ""):find("replaced by run") then replaced = replaced + 1 end
+  if r.state == "killed" and (r.error or ""):find("replaced by run") then replaced = replaced + 1 end
 end
 T.ok(replaced >= 1, "a running run was replaced by the next instant (" .. replaced .. ")")
 

@@ -1,11 +1,14 @@
 -- Housekeeping done by the elected leader of the cluster only:
 --   * orphaned runs: an inflight/ entry without its lease-bound running/
 --     marker belongs to a node that is gone. The job's policy (on_orphan) or
---     on_node_loss decides: rerun it here as the next attempt, or record it
---     abandoned. A run waiting for a retry whose node is gone is retried here.
---   * misfires: instants of a job that no node started (the cluster was
---     down) follow the job's misfire policy and starting_deadline; every
---     instant not run is recorded as skipped with the reason.
+--     on_node_loss decides: rerun it (the record waits for its next attempt
+--     with a pending/ entry, which any eligible node claims, chosen by the
+--     job's policy as for a first run), or record it abandoned. A run that
+--     a replace asked to stop is recorded killed.
+--   * misfires: instants (and shards of instants) of a job that no node
+--     started (the cluster was down, or every claim failed) follow the
+--     job's misfire policy and starting_deadline; every instant or shard not
+--     run is recorded as skipped with the reason.
 --   * history: keeps the newest `history` run records per job.
 local baton = require "baton"
 local runs = require "baton.node.runs"
@@ -23,7 +26,8 @@ local function check_inflight(self, job, id)
   local P, e = self.P, self.e
   local k = runs.keys(P, job, id)
   local r = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } },
-                                { get = { key = k.inflight } } } }
+                                { get = { key = k.inflight } }, { get = { key = k.pending } },
+                                { get = { key = k.cancel } } } }
   if not r then return end
   if r.responses[1].count > 0 or r.responses[3].count == 0 then return end
   local kv = r.responses[2].kvs[1]
@@ -34,60 +38,86 @@ local function check_inflight(self, job, id)
   end
   local j = self.jobs[job]
   if not j then return end -- the job is gone or not loaded here
-  local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
-                shard = runs.shard_of(j.spec, id) }
-  if rec.task then
-    local t = e:get(rec.task)
-    if t and t.kvs[1] then run.task = { key = rec.task, value = t.kvs[1].value } end
-  end
   local fields = { job = job, instant = id, node = self.name, lost_node = rec.node,
                    attempt = rec.attempt }
+  local now = self.now()
+  local guard = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
+                  { key = k.marker, target = "create", op = "==", value = 0 } }
   if rec.state == "retrying" then
-    if (rec.retry_at or 0) > baton.now() - self.grace then return end
-    log("warn", "retrying a run whose node is gone", fields)
-  elseif rec.state == "running" then
-    local decision = self.decide(job, j.spec, "on_orphan", { instant = id },
-                                 self.job_view(job, j.spec), rec)
-    fields.decision = decision
-    if decision == "abandon" then
-      rec.attempts = rec.attempts or {}
-      rec.attempts[#rec.attempts + 1] = { attempt = rec.attempt, node = rec.node, state = "abandoned",
-        started = rec.started, finished = baton.now(), error = "node " .. tostring(rec.node) .. " was lost" }
-      rec.state, rec.finished = "abandoned", baton.now()
-      rec.error = "node " .. tostring(rec.node) .. " was lost"
-      local ops = { { put = { key = k.run, value = json.encode(rec) } }, { delete = { key = k.inflight } } }
-      if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
-      local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
-                                    { key = k.marker, target = "create", op = "==", value = 0 } },
-                        success = ops }
-      if w and w.succeeded then log("warn", "run abandoned: its node was lost", fields) end
-      return
-    end
-    log("warn", "re-running a run whose node was lost", fields)
-    rec.attempts = rec.attempts or {}
-    rec.attempts[#rec.attempts + 1] = { attempt = rec.attempt, node = rec.node, state = "lost",
-      started = rec.started, finished = baton.now(), error = "node " .. tostring(rec.node) .. " was lost" }
-  else
+    -- Waiting for its next attempt: its pending/ entry lets any eligible
+    -- node claim it. Only one lost with an older version is written here.
+    if r.responses[4].count > 0 then return end
+    guard[3] = { key = k.pending, target = "create", op = "==", value = 0 }
+    e:txn { compare = guard, success = { { put = { key = k.pending, value = json.encode {
+      at = rec.retry_at or now, attempt = (rec.attempt or 0) + 1, reason = "retry" } } } } }
+    return
+  elseif rec.state ~= "running" then
     e:delete(k.inflight) -- finished records carry no inflight entry
     return
   end
-  local fence, nrec = runs.claim_next(self, run, rec, kv.mod_revision)
-  if fence then baton.go(runs.execute, self, run, fence, nrec) end
+  -- The claim wrote the record in the transaction that made the fence.
+  rec.fence = rec.fence or kv.mod_revision
+  local why = "node " .. tostring(rec.node) .. " was lost"
+  rec.attempts = rec.attempts or {}
+  rec.attempts[#rec.attempts + 1] = runs.attempt_entry(rec, "lost", why, now)
+  rec.token = nil
+  local decision
+  if r.responses[5].count > 0 then
+    decision = "killed"
+    rec.state, rec.error = "killed", "replaced by run " .. r.responses[5].kvs[1].value .. "; " .. why
+  else
+    decision = self.decide(job, j.spec, "on_orphan", { instant = id }, self.job_view(job, j.spec), rec)
+    rec.error = why
+  end
+  fields.decision = decision
+  local ops = { { put = { key = k.run } } }
+  if decision == "rerun" then
+    rec.state, rec.retry_at = "retrying", now
+    ops[2] = { put = { key = k.pending, value = json.encode {
+      at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
+  else
+    if decision == "abandon" then rec.state = "abandoned" end
+    rec.finished = now
+    runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil }, ops)
+  end
+  ops[1].put.value = json.encode(rec)
+  local w = e:txn { compare = guard, success = ops }
+  if not (w and w.succeeded) then return end
+  if decision == "rerun" then
+    log("warn", "run lost with its node; an eligible node runs it again", fields)
+  elseif decision == "abandon" then
+    log("warn", "run abandoned: its node was lost", fields)
+  else
+    log("warn", "run killed: replaced while its node was lost", fields)
+  end
 end
 
--- Every run in flight whose marker is gone (two reads, whatever the number
--- of runs), then those runs one by one.
+-- Every run in flight whose marker is gone (one read, whatever the number
+-- of runs), then those runs one by one. An active/ key whose run is no
+-- longer in flight (left by a version that bound it to a lease) is freed.
 local function scan_inflight(self)
   local P, e = self.P, self.e
+  if not runs.live(self) then return end -- a lost session leads nothing
   local r = e:txn { success = { { get = { key = P .. "inflight/", prefix = true, keys_only = true } },
-                                { get = { key = P .. "running/", prefix = true, keys_only = true } } } }
+                                { get = { key = P .. "running/", prefix = true, keys_only = true } },
+                                { get = { key = P .. "active/", prefix = true } } } }
   if not r then return end
-  local marked = {}
+  local marked, inflight = {}, {}
   for _, kv in ipairs(r.responses[2].kvs) do marked[kv.key:sub(#P + 9)] = true end
   for _, kv in ipairs(r.responses[1].kvs) do
     local rest = kv.key:sub(#P + 10)
+    inflight[rest] = true
     local job, id = rest:match("^([^/]+)/(.+)$")
     if job and not marked[rest] then check_inflight(self, job, id) end
+  end
+  for _, kv in ipairs(r.responses[3].kvs) do
+    local job = kv.key:sub(#P + 8):match("^[^/]+")
+    if job and not inflight[job .. "/" .. kv.value] then
+      e:txn { compare = { { key = kv.key, target = "mod", op = "==", value = kv.mod_revision },
+                          { key = P .. "inflight/" .. job .. "/" .. kv.value, target = "create",
+                            op = "==", value = 0 } },
+              success = { { delete = { key = kv.key } } } }
+    end
   end
 end
 
@@ -100,10 +130,13 @@ end
 -- Sets where the misfire check of every job not yet checked starts (its
 -- newest run record), reading them 128 jobs per transaction: a leader that
 -- takes over a store of thousands of jobs makes tens of requests, not
--- thousands. A batch whose read fails stays unseeded and is read again at
--- the next check, so no outage is forgotten.
+-- thousands. For a sharded job it starts before the newest two instants
+-- with a record, so a shard of theirs that no node ran (say, the previous
+-- leader died before it checked them) is found too. A batch whose read
+-- fails stays unseeded and is read again at the next check, so no outage
+-- is forgotten.
 local function seed_marks(self)
-  local P, e, now = self.P, self.e, baton.now()
+  local P, e, now = self.P, self.e, self.now()
   self.marks = self.marks or {}
   local names = {}
   for name, j in pairs(self.jobs) do
@@ -118,13 +151,20 @@ local function seed_marks(self)
       -- ran since is not a misfire.
       local base = P .. "runs/" .. name .. "/"
       local loaded = self.jobs[name].loaded_at or now
+      local shards = self.jobs[name].spec.shards or 1
       ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
-                                order = "desc", limit = 1 } }
+                                order = "desc", limit = shards > 1 and 2 * shards or 1 } }
     end
     local r = e:txn { success = ops }
     if not r then return end
     for k, name in ipairs(batch) do
-      self.marks[name] = M.last_fire(r.responses[k].kvs[1]) or now
+      local kvs, from = r.responses[k].kvs, nil
+      for _, kv in ipairs(kvs) do
+        local f = M.last_fire(kv)
+        if f and (not from or f < from) then from = f end
+      end
+      if from and #kvs > 1 then from = from - 0.001 end
+      self.marks[name] = from or now
     end
   end
 end
@@ -168,8 +208,9 @@ end
 -- 128 jobs per transaction, so an instant with no record is never missed
 -- silently and a store of thousands of jobs costs tens of requests.
 function M.misfires(self)
+  if not runs.live(self) then return end
   seed_marks(self)
-  local P, e, now = self.P, self.e, baton.now()
+  local P, e, now = self.P, self.e, self.now()
   local plans, horizon = {}, misfire_horizon(self, now)
   for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now, horizon) end
   for i = 1, #plans, 128 do
@@ -188,12 +229,19 @@ function M.misfires(self)
         self.marks[pl.name] = pl.from -- look again next time
       else
         local have, base = {}, P .. "runs/" .. pl.name .. "/"
-        for _, kv in ipairs(r.responses[k - i + 1].kvs) do
-          have[kv.key:sub(#base + 1):match("^[^/]+")] = true
-        end
-        local missed = {}
+        for _, kv in ipairs(r.responses[k - i + 1].kvs) do have[kv.key:sub(#base + 1)] = true end
+        -- Each shard of an instant is a run of its own: one with no record
+        -- is missed even when its siblings ran.
+        local shards, missed = pl.j.spec.shards or 1, {}
         for _, f in ipairs(pl.cand) do
-          if not have[util.instant(f)] then missed[#missed + 1] = f end
+          local inst = util.instant(f)
+          if shards > 1 then
+            for sh = 1, shards do
+              if not have[inst .. "/" .. sh] then missed[#missed + 1] = { fire = f, shard = sh } end
+            end
+          elseif not have[inst] then
+            missed[#missed + 1] = { fire = f }
+          end
         end
         M.settle_misfires(self, pl.name, pl.j, missed, now)
       end
@@ -201,7 +249,10 @@ function M.misfires(self)
   end
 end
 
--- What to do with the missed instants of one job (possibly none).
+-- What to do with the missed instants (or shards: {fire =, shard =}) of
+-- one job, possibly none: run them (misfire = run_all; run_once runs the
+-- newest missed instant, those of its shards that were missed), or record
+-- each one skipped with the reason.
 function M.settle_misfires(self, name, j, missed, now)
   local spec, P, e = j.spec, self.P, self.e
   -- An outage seen over several checks is one misfire: run_once runs one
@@ -210,35 +261,40 @@ function M.settle_misfires(self, name, j, missed, now)
   local continuing = self.outage[name]
   if #missed == 0 then self.outage[name] = nil; return end
   self.outage[name] = true
-  local runnable = {}
-  for _, f in ipairs(missed) do
-    if not spec.starting_deadline or now - f <= spec.starting_deadline then runnable[#runnable + 1] = f end
+  local function in_time(f) return not spec.starting_deadline or now - f <= spec.starting_deadline end
+  local newest
+  for _, m in ipairs(missed) do
+    if in_time(m.fire) and (not newest or m.fire > newest) then newest = m.fire end
   end
-  local to_run = {}
-  if spec.misfire == "run_all" then to_run = runnable
-  elseif spec.misfire == "run_once" and #runnable > 0 and not continuing then
-    to_run = { runnable[#runnable] }
+  local function runs_it(m)
+    if not in_time(m.fire) then return false end
+    if spec.misfire == "run_all" then return true end
+    return spec.misfire == "run_once" and not continuing and m.fire == newest
   end
-  local run_set = {}
-  for _, f in ipairs(to_run) do run_set[f] = true end
-  local skipped = 0
-  for _, f in ipairs(missed) do
-    if not run_set[f] then
-      local why = (spec.starting_deadline and now - f > spec.starting_deadline)
+  local to_run, order, skipped = {}, {}, 0
+  for _, m in ipairs(missed) do
+    if runs_it(m) then
+      if not to_run[m.fire] then to_run[m.fire] = {}; order[#order + 1] = m.fire end
+      if m.shard then table.insert(to_run[m.fire], m.shard) end
+    else
+      local why = not in_time(m.fire)
         and format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
         or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
-      local key = P .. "runs/" .. name .. "/" .. util.instant(f)
+      local key = P .. "runs/" .. name .. "/" .. util.instant(m.fire) .. (m.shard and "/" .. m.shard or "")
       local r = e:txn { compare = { { key = key, target = "create", op = "==", value = 0 } },
         success = { { put = { key = key, value = json.encode {
-          job = name, fire = f, node = self.name, attempt = 0, state = "skipped", started = now,
-          finished = now, error = why, code_revision = spec.revision } } } } }
+          job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
+          state = "skipped", started = now, finished = now, error = why,
+          code_revision = spec.revision } } } } }
       if r and r.succeeded then skipped = skipped + 1 end
     end
   end
   log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
-                                     skipped = skipped, run = #to_run, misfire = spec.misfire })
+                                     skipped = skipped, run = #order, misfire = spec.misfire })
   baton.go(function()
-    for _, f in ipairs(to_run) do self.run_instant(name, j, f, true) end
+    for _, f in ipairs(order) do
+      self.run_instant(name, j, f, true, #to_run[f] > 0 and to_run[f] or nil)
+    end
   end)
 end
 
@@ -261,13 +317,17 @@ local function prune(self)
   end
 end
 
--- Runs while this node leads (until stopping).
+-- Runs while this node leads (until its term ends or the node stops).
 function M.run(self)
   local P, e = self.P, self.e
+  -- self.leader is a fresh table for each term: the loops of an earlier
+  -- term (its session lost, the node elected again) end.
+  local term = self.leader
+  local function leading() return self.leader == term and not self.stopping end
   -- A node can win the election before its first listing of the store is
   -- applied; the first misfire check needs the jobs, or it finds nothing
   -- and the next one, a period later, judges a later stretch of time.
-  while not self.listed and self.leader and not self.stopping do baton.sleep(0.05) end
+  while not self.listed and leading() do baton.sleep(0.05) end
   M.misfires(self)
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: scan within 0.2 s
@@ -276,7 +336,7 @@ function M.run(self)
   -- periodic scan below covers the gap.
   local ended = false
   baton.go(function()
-    while self.leader and not self.stopping do
+    while leading() do
       baton.sleep(0.2)
       if ended then
         ended = false
@@ -285,12 +345,12 @@ function M.run(self)
     end
   end)
   baton.go(function()
-    while self.leader and not self.stopping do
+    while leading() do
       local w = e:watch(P .. "running/", { prefix = true, no_put = true })
       if not w then
         baton.sleep(1)
       else
-        while self.leader and not self.stopping do
+        while leading() do
           local evs, _, code = w:next(1)
           if not evs and code ~= "ETIMEDOUT" then break end
           if evs and #evs > 0 then ended = true end
@@ -300,7 +360,7 @@ function M.run(self)
     end
   end)
   local n = 0
-  while self.leader and not self.stopping do
+  while leading() do
     baton.sleep(1)
     n = n + 1
     scan_inflight(self)

@@ -8,8 +8,15 @@
 -- a saturated node leaves instants to the others. Workers start on demand,
 -- are reused, and an idle one is stopped after IDLE_STOP seconds (one is
 -- kept). A worker whose run timed out, was cancelled, or left coroutines or
--- child processes behind is not reused: it is killed or retires, and the
+-- child processes behind is not reused: it is stopped or retires, and the
 -- next run gets a fresh one.
+--
+-- Each worker runs below its containment process (runtime/contain.h): the
+-- process the pool spawns and holds (w.p). Stopping a worker (SIGUSR1 to
+-- it) ends every process of its run, and the process exits only once they
+-- are gone, so Pool:stop returning means the run is over. It also reads
+-- the node's fence board, so runs end when the node's lease may have
+-- expired even if the node itself is stopped or hung.
 local baton = require "baton"
 local json = baton.json
 
@@ -22,7 +29,7 @@ local M = {}
 
 function M.new(node)
   local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
-                              queued = {}, freed = baton._cond() }, Pool)
+                              busy = {}, queued = {}, freed = baton._cond() }, Pool)
   baton.go(function()
     while not node.stopping do
       baton.sleep(IDLE_STOP / 4)
@@ -66,7 +73,7 @@ function Pool:release()
 end
 
 -- The node is stopping: every waiter gives up, idle workers exit.
-function Pool:stop()
+function Pool:close()
   self.closed = true
   self.freed:broadcast()
   self:trim(0)
@@ -78,30 +85,78 @@ local function env(node)
     BATON_ENDPOINTS = cfg.endpoints, BATON_PREFIX = node.P, BATON_USER = cfg.user,
     BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
     BATON_KEY = cfg.key, BATON_NODE_PID = tostring(node.pid),
+    BATON_FENCE_FD = node.fence_fd and tostring(node.fence_fd) or false,
   }
 end
 
--- An idle worker, or a new one.
-function Pool:get()
-  while #self.idle > 0 do
-    local w = table.remove(self.idle)
-    if not w.p:done() then return w end
-    w.ch:close() -- it died while idle
+-- An idle worker, or a new one, for run (pool.busy[w] is the run while it
+-- has the worker).
+function Pool:get(run)
+  if self.node.fenced then return nil, "ELOST: the node's session is lost" end
+  local w
+  while #self.idle > 0 and not w do
+    w = table.remove(self.idle)
+    if w.p:done() then w.ch:close(); w = nil end -- it died while idle
   end
-  local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true }
-  if not p then return nil, err end
-  return { p = p, ch = p.channel }
+  if not w then
+    local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true }
+    if not p then return nil, err end
+    w = { p = p, ch = p.channel }
+  end
+  self.busy[w] = run
+  return w
 end
 
--- Gives w back after a run; a worker that must not be reused is stopped.
+-- Gives w back after a run; a worker that must not be reused is stopped
+-- (and waited for: see Pool:stop).
 function Pool:put(w, reuse)
-  if reuse and not w.p:done() and not self.node.stopping then
+  if reuse and not w.p:done() and not self.node.stopping and not self.node.fenced then
     w.since = baton.monotime()
     self.idle[#self.idle + 1] = w
   else
-    w.ch:close()
-    if not w.p:done() then w.p:kill("SIGKILL") end
+    self:stop(w)
   end
+  self.busy[w] = nil
+end
+
+-- Asks w's run to stop: SIGTERM reaches the worker (ctx:cancelled()) and
+-- every process of the run.
+function Pool:interrupt(w)
+  if not w.p:done() then w.p:kill("SIGTERM") end
+end
+
+-- Ends w and every process of its run, and returns once they are gone (its
+-- containment process has exited). Says so in the log while that takes
+-- long (a process stuck in the kernel cannot be killed until it returns).
+function Pool:stop(w)
+  w.ch:close()
+  if w.p:done() then return end
+  w.p:kill("SIGUSR1")
+  local waited = 0
+  while not w.p:wait(10) do
+    waited = waited + 10
+    baton.log.warn("a run's processes have not ended yet", { pid = w.p.pid, waited = waited })
+  end
+end
+
+-- Ends every worker and every process of their runs, idle or busy, and
+-- returns once all are gone (the node fences itself, or stops).
+function Pool:stop_all()
+  local left = 0
+  local all = {}
+  for _, w in ipairs(self.idle) do all[#all + 1] = w end
+  self.idle = {}
+  for w in pairs(self.busy) do all[#all + 1] = w end
+  local done = baton._cond()
+  for _, w in ipairs(all) do
+    left = left + 1
+    baton.go(function()
+      self:stop(w)
+      left = left - 1
+      done:signal()
+    end)
+  end
+  while left > 0 do done:wait() end
 end
 
 -- Stops the workers idle for longer than secs (all of them with secs = 0),

@@ -1,24 +1,36 @@
--- Runs: claiming an instant (or a manual trigger, or a queue task),
--- executing it in a worker process, recording every attempt, retrying with
--- backoff, and the next attempt after a failure or a lost node.
+-- Runs: claiming an attempt (an instant, a shard of one, a manual trigger,
+-- a queue task, or the next attempt of any of them), executing it in a
+-- worker process, and recording how it ended.
 --
 -- Keys under the prefix P, for a run <id> (an instant such as
--- 2026-11-29T02:00:00Z, a manual run's 2026-11-29T02:00:00.123Z, or a queue
--- task id) of job <job>:
+-- 2026-11-29T02:00:00Z, <instant>/<shard> for a shard, a manual run's
+-- 2026-11-29T02:00:00.123Z, or a queue task id) of job <job>:
 --   runs/<job>/<id>      the run record (design.md section 9), one per run,
 --                        updated at each attempt; attempts[] keeps them all
 --   running/<job>/<id>   bound to the running node's lease: while it exists
---                        the run is in progress there; its create revision
---                        is the attempt's fence (ctx:put_fenced compares it)
+--                        the attempt is in progress there; its create
+--                        revision is the attempt's fence (ctx:put_fenced)
 --   inflight/<job>/<id>  no lease: the run is not finished; with no running/
 --                        marker, its node is gone (the leader handles it)
---   active/<job>         lease-bound, for forbid/replace jobs: which run is on
+--   pending/<job>/<id>   no lease: the run waits for its next attempt (a
+--                        retry after a failure, or a re-run after its node
+--                        was lost or stopped); any eligible node claims it
+--   active/<job>[/<shard>]  no lease, for forbid/replace jobs: the run that
+--                        is on, from its first claim until it ends for good
+--                        (retries and re-runs included), so no other run of
+--                        the job starts in between
 --   cancel/<job>/<id>    a request to stop that run (replace)
+--
+-- Every attempt, whatever its kind, is claimed by M.claim: one etcd
+-- transaction that creates (or, for a next attempt, takes over) the record,
+-- compares the job's concurrency (active/) and the node's own session, and
+-- creates the lease-bound marker. A node never claims, records or fences on
+-- a session it has declared lost (M.session).
 local baton = require "baton"
 local util = require "baton.cli.util"
 local json = baton.json
 
-local format, floor, random = string.format, math.floor, math.random
+local format = string.format
 
 local M = {}
 
@@ -31,6 +43,7 @@ function M.keys(P, job, id)
     run = P .. "runs/" .. job .. "/" .. id,
     marker = P .. "running/" .. job .. "/" .. id,
     inflight = P .. "inflight/" .. job .. "/" .. id,
+    pending = P .. "pending/" .. job .. "/" .. id,
     active = P .. "active/" .. job .. (shard and ("/" .. shard) or ""),
     cancel = P .. "cancel/" .. job .. "/" .. id,
   }
@@ -49,62 +62,139 @@ local function fields_of(self, run, extra)
   return f
 end
 
--- The record of a run's current attempt, with the earlier ones in attempts[].
-local function new_record(self, run, spec)
-  local now = baton.now()
-  return {
-    job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
-    state = "running", started = now, code_revision = spec.revision,
-    manual = run.manual or nil, task = run.task and run.task.key or nil,
-    shard = run.shard and run.shard.index or nil,
-    attempts = run.attempts or {},
-  }
-end
-
 local function exclusive(spec)
   return spec.concurrency == "forbid" or spec.concurrency == "replace"
 end
 
--- Claims attempt 1 of run on this node. opts.force ignores concurrency;
--- opts.extra_compare / extra_success / skip_ops let triggers and queues
--- add their own conditions. Returns the fence and record, or nil.
+-- Session s (default: the node's) if the node may still write on it: the
+-- current one, not declared lost (the test is on the monotonic clock, so a
+-- node that was stopped past its lease knows it before anything else
+-- runs). Every record of this node goes through here.
+function M.live(self, s)
+  s = s or self.s
+  if s ~= self.s or self.fenced or s:done() then return nil end
+  return s
+end
+
+-- The session a new claim may be made on: live, and the node not stopping.
+function M.session(self, s)
+  if self.stopping then return nil end
+  return M.live(self, s)
+end
+
+-- The compare that makes a write of this node succeed only while etcd
+-- still holds its session: its registration lives on the session's lease.
+local function alive_compare(self, s)
+  return { key = self.P .. "nodes/" .. self.name, target = "lease", op = "==", value = s.lease }
+end
+
+-- A failed attempt's entry in attempts[], from the record of the attempt.
+function M.attempt_entry(rec, state, err, now)
+  return { attempt = rec.attempt, node = rec.node, state = state, started = rec.started,
+           finished = now, error = err, fence = rec.fence }
+end
+
+-- Whether the claim with this token is in etcd (after a request whose
+-- result was lost): the marker it created says so. Asks until etcd answers
+-- or the session is lost. Returns the marker's kv, false, or nil.
+local function claimed_by(self, s, k, token)
+  while M.session(self, s) do
+    local r = self.e:get(k.marker)
+    if r then
+      local kv = r.kvs[1]
+      local ok, m = pcall(json.decode, kv and kv.value or "")
+      return ok and type(m) == "table" and m.token == token and kv or false
+    end
+    baton.sleep(0.2)
+  end
+end
+
+-- Claims the next attempt of run on this node, in one transaction:
+--   * attempt 1 (opts.prev absent): the record must not exist;
+--   * a next attempt (opts.prev = {rec =, mod =, pending =}): the record
+--     must be at mod revision prev.mod and its pending/ entry at mod
+--     revision prev.pending (it is deleted here);
+--   * forbid/replace (unless opts.force): active/ must be free, or already
+--     held by this run; the claim takes it. When it is held by another
+--     run, attempt 1 is recorded skipped instead, by the failure branch;
+--   * the node's registration must still be on this node's session lease.
+-- opts.extra_compare / extra_success / skip_ops let triggers and queues add
+-- their own conditions. Returns the fence and the record, or nil.
 function M.claim(self, run, opts)
   opts = opts or {}
-  local P, e, spec = self.P, self.e, run.spec
+  local s = M.session(self)
+  if not s then return nil end
+  local P, e, spec, prev = self.P, self.e, run.spec, opts.prev
   local k = M.keys(P, run.job, run.id)
-  run.attempt = 1
-  local rec = new_record(self, run, spec)
-  local marker = json.encode { node = self.name, attempt = 1 }
-  local compare = { { key = k.run, target = "create", op = "==", value = 0 } }
+  self.claims = (self.claims or 0) + 1
+  local token = format("%s:%s:%d", self.name, s.lease, self.claims)
+  local now = self.now()
+  run.attempt = prev and (prev.rec.attempt or 0) + 1 or 1
+  local holds = exclusive(spec) and not opts.force
+  local rec = {
+    job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
+    state = "running", started = now, code_revision = spec.revision,
+    manual = run.manual or nil, task = run.task and run.task.key or nil,
+    shard = run.shard and run.shard.index or nil, exclusive = holds or nil,
+    attempts = prev and prev.rec.attempts or {}, token = token,
+  }
+  local marker = json.encode { node = self.name, attempt = run.attempt, token = token }
+  local compare = { alive_compare(self, s) }
   local success = {
     { put = { key = k.run, value = json.encode(rec) } },
-    { put = { key = k.marker, value = marker, lease = self.s.lease } },
+    { put = { key = k.marker, value = marker, lease = s.lease } },
     { put = { key = k.inflight, value = marker } },
   }
+  if prev then
+    compare[#compare + 1] = { key = k.run, target = "mod", op = "==", value = prev.mod }
+    compare[#compare + 1] = { key = k.pending, target = "mod", op = "==", value = prev.pending }
+    compare[#compare + 1] = { key = k.marker, target = "create", op = "==", value = 0 }
+    success[#success + 1] = { delete = { key = k.pending } }
+  else
+    compare[#compare + 1] = { key = k.run, target = "create", op = "==", value = 0 }
+  end
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
   local failure = {}
-  if exclusive(spec) and not opts.force then
-    compare[#compare + 1] = { key = k.active, target = "create", op = "==", value = 0 }
-    success[#success + 1] = { put = { key = k.active, value = run.id, lease = self.s.lease } }
-    -- Nobody claimed it, but a run is active: record the skip once.
-    local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 } }
-    for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
-    local now = baton.now()
-    local skip_ops = { { put = { key = k.run, value = json.encode {
-      job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
-      started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-      error = "concurrency " .. spec.concurrency .. ": a previous run is still running" } } } }
-    for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
-    failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
-  elseif exclusive(spec) then
-    success[#success + 1] = { put = { key = k.active, value = run.id, lease = self.s.lease } }
+  if holds then
+    if prev and prev.rec.exclusive then
+      compare[#compare + 1] = { key = k.active, target = "value", op = "==", value = run.id }
+    else
+      compare[#compare + 1] = { key = k.active, target = "create", op = "==", value = 0 }
+      success[#success + 1] = { put = { key = k.active, value = run.id } }
+    end
+    if not prev then
+      -- Nobody claimed it, but another run of the job is on: record the
+      -- skip, once, and only while this node's session holds.
+      local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 },
+                         { key = k.active, target = "create", op = ">", value = 0 },
+                         alive_compare(self, s) }
+      for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
+      local skip_ops = { { put = { key = k.run, value = json.encode {
+        job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
+        started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
+        shard = rec.shard,
+        error = "concurrency " .. spec.concurrency .. ": a previous run is still running" } } } }
+      for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
+      failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
+    end
   end
-  local r, err = e:txn { compare = compare, success = success, failure = failure }
-  if not r then
-    log("warn", "claim failed", fields_of(self, run, { error = err }))
-    return nil
+  local r, err
+  for try = 1, 3 do
+    r, err = e:txn { compare = compare, success = success, failure = failure }
+    if r then break end
+    -- The answer was lost: the transaction may have been applied.
+    local kv = claimed_by(self, s, k, token)
+    if kv then
+      r = { succeeded = true, revision = kv.create_revision }
+      break
+    end
+    if kv == nil then return nil end -- the session was lost meanwhile
+    log("warn", "claim failed; trying again", fields_of(self, run, { error = err, try = try }))
+    baton.sleep(0.2 * try)
+    if not M.session(self, s) then return nil end
   end
+  if not r then return nil end
   if not r.succeeded then
     if failure[1] and r.responses[1] and r.responses[1].succeeded then
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
@@ -113,38 +203,8 @@ function M.claim(self, run, opts)
   end
   rec.fence = r.revision
   rec.mod_revision = r.revision
+  run.session = s
   return r.revision, rec
-end
-
--- Claims the next attempt of a run whose record is at mod revision seen
--- (after a failure with retries left, or when its node was lost).
-function M.claim_next(self, run, rec, seen)
-  local P, e, spec = self.P, self.e, run.spec
-  local k = M.keys(P, run.job, run.id)
-  run.attempt = (rec.attempt or 0) + 1
-  run.attempts = rec.attempts or {}
-  local nrec = new_record(self, run, spec)
-  local marker = json.encode { node = self.name, attempt = run.attempt }
-  local success = {
-    { put = { key = k.run, value = json.encode(nrec) } },
-    { put = { key = k.marker, value = marker, lease = self.s.lease } },
-    { put = { key = k.inflight, value = marker } },
-  }
-  if exclusive(spec) then
-    success[#success + 1] = { put = { key = k.active, value = run.id, lease = self.s.lease } }
-  end
-  local r, err = e:txn {
-    compare = { { key = k.run, target = "mod", op = "==", value = seen },
-                { key = k.marker, target = "create", op = "==", value = 0 } },
-    success = success,
-  }
-  if not r or not r.succeeded then
-    if not r then log("warn", "claim of the next attempt failed", fields_of(self, run, { error = err })) end
-    return nil
-  end
-  nrec.fence = r.revision
-  nrec.mod_revision = r.revision
-  return r.revision, nrec
 end
 
 -- Seconds before attempt n+1 after attempt n failed, or nil to give up:
@@ -155,56 +215,96 @@ function M.retry_delay(self, run, rec, err)
                      self.job_view(run.job, run.spec), rec, err)
 end
 
--- Writes the end of an attempt, guarded by its fence: final, or retrying.
--- Returns the record's new mod revision, or nil if the claim was lost.
--- The worker calls it too, to record a success itself: then a run that
--- completed is recorded even if its node froze right after.
-function M.record_end(e, P, run, fence, rec, retry_at)
+-- The operations that end a run for good: the record (already in ops[1]),
+-- and away with its inflight entry, cancel request, the job's active/ if
+-- the run holds it, its pending entry and its queue task.
+function M.final_ops(P, run, ops)
   local k = M.keys(P, run.job, run.id)
-  local entry = { attempt = rec.attempt, node = rec.node, state = rec.state, started = rec.started,
-                  finished = rec.finished, error = rec.error, fence = fence }
-  rec.attempts = rec.attempts or {}
-  rec.attempts[#rec.attempts + 1] = entry
-  local success = { { delete = { key = k.marker } } }
-  if retry_at then
-    rec.state, rec.retry_at = "retrying", retry_at
-  else
-    rec.retry_at = nil
-    success[#success + 1] = { delete = { key = k.inflight } }
-    success[#success + 1] = { delete = { key = k.cancel } }
-    success[#success + 1] = { txn = {
-      compare = { { key = k.active, target = "value", op = "==", value = run.id } },
-      success = { { delete = { key = k.active } } } } }
-    if run.task then success[#success + 1] = { delete = { key = run.task.key } } end
-  end
-  rec.mod_revision = nil
-  table.insert(success, 1, { put = { key = k.run, value = json.encode(rec) } })
-  local r = e:txn {
-    compare = { { key = k.marker, target = "create", op = "==", value = fence } },
-    success = success,
-  }
-  if r and r.succeeded then return r.revision end
-  return nil
+  ops[#ops + 1] = { delete = { key = k.inflight } }
+  ops[#ops + 1] = { delete = { key = k.cancel } }
+  ops[#ops + 1] = { delete = { key = k.pending } }
+  ops[#ops + 1] = { txn = {
+    compare = { { key = k.active, target = "value", op = "==", value = run.id } },
+    success = { { delete = { key = k.active } } } } }
+  if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
+  return ops
 end
 
--- One attempt in a pooled worker. Returns the reason it failed (nil if it
--- succeeded) and whether the worker already recorded the success.
+-- Writes the end of an attempt, guarded by its fence (and, with
+-- opts.alive, by the node's session): final, or waiting for its next
+-- attempt (rec.state "retrying" with rec.retry_at: a pending/ entry that
+-- any eligible node claims at that time). Returns the record's new mod
+-- revision, or nil if the claim was lost. The worker calls it too, to
+-- record a success itself: then a run that completed is recorded even if
+-- its node froze right after.
+function M.record_end(e, P, run, fence, rec, opts)
+  opts = opts or {}
+  local k = M.keys(P, run.job, run.id)
+  rec.attempts = rec.attempts or {}
+  rec.attempts[#rec.attempts + 1] = {
+    attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
+    started = rec.started, finished = rec.finished, error = rec.error, fence = fence }
+  rec.mod_revision, rec.token = nil, nil
+  local ops = { { put = { key = k.run } }, { delete = { key = k.marker } } }
+  if rec.retry_at then
+    rec.state = "retrying"
+    ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
+      at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
+  else
+    M.final_ops(P, run, ops)
+  end
+  ops[1].put.value = json.encode(rec)
+  local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
+  if opts.alive then compare[2] = opts.alive end
+  for _ = 1, 5 do
+    if opts.still_ok and not opts.still_ok() then return nil end
+    local r = e:txn { compare = compare, success = ops }
+    if r then return r.succeeded and r.revision or nil end
+    -- The answer was lost: see whether it was written (the marker of this
+    -- fence is gone and the record's last attempt is this one).
+    local g = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } } } }
+    if g then
+      local m, kv = g.responses[1].kvs[1], g.responses[2].kvs[1]
+      if m and m.create_revision == fence then -- not applied: write again
+      else
+        local ok, now = pcall(json.decode, kv and kv.value or "")
+        local last = ok and type(now) == "table" and type(now.attempts) == "table"
+          and now.attempts[#now.attempts]
+        return last and last.fence == fence and kv.mod_revision or nil
+      end
+    end
+    baton.sleep(0.3)
+  end
+end
+
+-- One attempt in a pooled worker. Returns how it ended: the state
+-- ("succeeded", "failed", "killed" when replaced, "interrupted" when the
+-- node is stopping), the reason (nil on success), and whether the worker
+-- recorded the success itself. The run's processes are gone when it
+-- returns: the worker ends them before it replies, and a worker that is
+-- stopped is waited for.
 local function attempt(self, run, fence, rec)
   local spec, pool = run.spec, self.pool
-  local w, err = pool:get()
-  if not w then return "cannot start a worker: " .. tostring(err) end
-  self.workers[w.p] = run
+  if not M.live(self, run.session) then
+    return "failed", "the node's session was lost before the run started"
+  end
+  if self.stopping then
+    return "interrupted", "interrupted: node " .. self.name .. " was stopping when the run was due"
+  end
+  local w, err = pool:get(run)
+  if not w then return "failed", "cannot start a worker: " .. tostring(err) end
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
-    shard = run.shard or json.null, record = rec,
-  }, rec.started + spec.timeout - baton.now())
+    shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
+  }, rec.started + spec.timeout - self.now())
   local why
   if ended == "timeout" then
-    -- Cooperative cancel first (ctx:cancelled() turns true), then SIGKILL;
-    -- the worker is not reused either way.
-    w.p:kill("SIGTERM")
+    -- Cooperative stop first (ctx:cancelled() turns true, the job's own
+    -- processes get SIGTERM), then every process of the run is killed; the
+    -- worker is not reused either way.
+    pool:interrupt(w)
     reply = pool:late_reply(w, self.grace)
     if reply and reply.ok then
       reply.retire = true -- it finished in time after all; a fresh worker follows
@@ -212,70 +312,80 @@ local function attempt(self, run, fence, rec)
       reply, why = nil, format("timed out after %g s", spec.timeout)
     end
   end
-  self.workers[w.p] = nil
   pool:put(w, reply and not reply.retire and not run.cancelled_by and not self.stopping)
-  if run.cancelled_by then return "replaced by run " .. run.cancelled_by end
-  if why then return why end
-  if reply then
-    if reply.ok then return nil, reply.recorded end
-    return reply.error ~= json.null and reply.error or "failed"
+  if run.cancelled_by then return "killed", "replaced by run " .. run.cancelled_by end
+  if why then return "failed", why end
+  if reply and reply.ok then return "succeeded", nil, reply.recorded end
+  if self.stopping then
+    return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
-  if ended.signal then return format("worker killed by signal %d", ended.signal) end
-  if ended.error then return "worker lost: " .. tostring(ended.error) end
-  return format("worker exited with status %d before the run returned", ended.code)
+  if reply then return "failed", reply.error ~= json.null and reply.error or "failed" end
+  if ended.signal then return "failed", format("worker killed by signal %d", ended.signal) end
+  if ended.error then return "failed", "worker lost: " .. tostring(ended.error) end
+  return "failed", format("worker exited with status %d before the run returned", ended.code)
 end
 
--- Runs attempt rec of run (the claim is done) in a worker, records its end,
--- and retries while the retry policy says so. The run holds one of the
--- node's worker slots (--workers) while it executes; has_slot says the
--- caller took it already.
+-- What happens after an attempt ended in state with reason why: the delay
+-- before the next attempt (nil: the run ends) and the run's final state.
+local function next_step(self, run, rec, state, why)
+  if state == "interrupted" then
+    -- Stopped by its node: re-run elsewhere, or not, as for a lost node.
+    local decision = self.decide(run.job, run.spec, "on_orphan", { instant = run.id },
+                                 self.job_view(run.job, run.spec), rec)
+    if decision == "abandon" then return nil, "abandoned" end
+    return 0, nil
+  end
+  if state ~= "failed" then return nil, state end
+  local delay = M.retry_delay(self, run, rec, why)
+  return delay, "failed"
+end
+
+-- Runs attempt rec of run (the claim is done) in a worker and records its
+-- end. A failed attempt with a retry left, or one its stopping node had to
+-- interrupt, leaves a pending/ entry for its next attempt, which any
+-- eligible node claims (node.lua). The run holds one of the node's worker
+-- slots (--workers) while it executes; has_slot says the caller took it.
 function M.execute(self, run, fence, rec, has_slot)
   local spec, P = run.spec, self.P
   if not has_slot and not self.pool:acquire() then return end
-  while true do
-    local f = fields_of(self, run, { fence = fence, revision = spec.revision })
-    log("info", "run started", f)
-    self.nrunning = self.nrunning + 1
-    local why, recorded = attempt(self, run, fence, rec)
-    self.nrunning = self.nrunning - 1
-    rec.state = why and "failed" or "succeeded"
-    rec.finished, rec.error = baton.now(), why
-    rec.duration = rec.finished - rec.started
-    rec.fence = fence
-    local delay = why and not run.cancelled_by and M.retry_delay(self, run, rec, why)
-    local retry_at = delay and (baton.now() + delay)
-    local state_for_log = rec.state
-    local rev
-    if recorded then rev = true
-    else rev = M.record_end(self.e, P, run, fence, rec, retry_at) end
-    f.state, f.error, f.duration = state_for_log, why, format("%.3f", rec.duration)
-    if not rev or not retry_at then
-      self.pool:release()
-      if not rev then
-        f.reason = "the claim was lost (lease expired or run taken over)"
-        log("error", "run result not recorded", f)
-      else
-        log(state_for_log == "succeeded" and "info" or "warn", "run ended", f)
-      end
-      return
-    end
+  self.executing = self.executing + 1
+  local f = fields_of(self, run, { fence = fence, revision = spec.revision,
+                                   lease = run.session.lease })
+  log("info", "run started", f)
+  self.nrunning = self.nrunning + 1
+  local state, why, recorded = attempt(self, run, fence, rec)
+  self.nrunning = self.nrunning - 1
+  self.pool:release()
+  local delay, final = next_step(self, run, rec, state, why)
+  rec.finished, rec.error, rec.fence = self.now(), why, fence
+  rec.duration = rec.finished - rec.started
+  rec.state = final or state
+  rec.retry_at = delay and rec.finished + delay or nil
+  f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
+  local s = run.session
+  local rev = recorded or M.record_end(self.e, P, run, fence, rec, {
+    attempt_state = state, alive = alive_compare(self, s),
+    still_ok = function() return M.live(self, s) end })
+  self.executing = self.executing - 1
+  if not rev then
+    f.reason = "the claim was lost (lease expired or run taken over)"
+    log("error", "run result not recorded", f)
+  elseif delay then
     f.retry_in = format("%.2f", delay)
-    log("warn", "run failed; retrying", f)
-    -- The slot is free while the run waits for its next attempt.
-    self.pool:release()
-    baton.sleep(delay)
-    if self.stopping then return end
-    fence, rec = M.claim_next(self, run, rec, rev)
-    if not fence then return end
-    if not self.pool:acquire() then return end
+    log("warn", state == "interrupted" and "run interrupted; it will run again"
+               or "run failed; retrying", f)
+  else
+    log(state == "succeeded" and "info" or "warn", "run ended", f)
   end
 end
 
--- Takes a worker slot, claims attempt 1 of run (see M.claim) and executes
--- it. Returns whether this node ran it.
+-- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
+-- attempt) of run (see M.claim) and executes it. Returns whether this node
+-- ran it.
 function M.start(self, run, opts)
-  -- A queue task is no scheduled instant: it cannot misfire.
-  if not self.pool:acquire(not run.task and run.fire or nil) then return false end
+  -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
+  local fire = not run.task and not (opts and opts.prev) and run.fire or nil
+  if not self.pool:acquire(fire) then return false end
   local fence, rec = M.claim(self, run, opts)
   if not fence then
     self.pool:release()
@@ -285,38 +395,90 @@ function M.start(self, run, opts)
   return true
 end
 
--- Stops a local run on request (replace): cooperative cancel, then kill.
+-- Stops a local run on request (replace): cooperative stop, then every
+-- process of the run is killed after the grace period.
 function M.cancel_local(self, job, id, by)
-  for p, run in pairs(self.workers) do
-    if run.job == job and run.id == id then
+  for w, run in pairs(self.pool.busy) do
+    if run.job == job and run.id == id and not run.cancelled_by then
       run.cancelled_by = by
       log("info", "run cancelled", { job = job, instant = id, node = self.name, by = by })
-      p:kill("SIGTERM")
+      self.pool:interrupt(w)
       baton.go(function()
         baton.sleep(self.grace)
-        if self.workers[p] == run then p:kill("SIGKILL") end
+        if self.pool.busy[w] == run then self.pool:stop(w) end
       end)
     end
   end
 end
 
--- For replace: asks whoever runs the active run of the job to stop it, and
--- waits (up to the job's timeout + grace) until it has ended.
+-- For replace: stops the run that holds the job's active/ key, and waits
+-- (up to the job's timeout + grace) until it has ended. A running one is
+-- asked to stop (cancel/); one that is not running anywhere (waiting for
+-- its next attempt, or its node lost) is recorded killed here.
 function M.replace_active(self, run)
   local P, e, spec = self.P, self.e, run.spec
   local k = M.keys(P, run.job, run.id)
-  local r = e:get(k.active)
-  local kv = r and r.kvs[1]
-  if not kv then return true end
-  local old = kv.value
-  e:put(M.keys(P, run.job, old).cancel, run.id)
   local deadline = baton.monotime() + spec.timeout + self.grace * 2
+  local asked
   while baton.monotime() < deadline do
     local g = e:get(k.active)
-    if g and g.count == 0 then return true end
+    local kv = g and g.kvs[1]
+    if g and not kv then return true end
+    if kv then
+      local old = kv.value
+      local ok = M.keys(P, run.job, old)
+      local r = e:txn { success = { { get = { key = ok.marker } }, { get = { key = ok.run } } } }
+      if r and r.responses[1].count > 0 and asked ~= old then
+        e:put(ok.cancel, run.id)
+        asked = old
+      elseif r and r.responses[1].count == 0 then
+        local rk = r.responses[2].kvs[1]
+        local dok, orec = pcall(json.decode, rk and rk.value or "")
+        if dok and type(orec) == "table" then
+          local now = self.now()
+          orec.attempts = orec.attempts or {}
+          orec.state, orec.finished = "killed", now
+          orec.error, orec.retry_at = "replaced by run " .. run.id, nil
+          local ops = M.final_ops(P, { job = run.job, id = old,
+            task = orec.task and { key = orec.task } or nil },
+            { { put = { key = ok.run, value = json.encode(orec) } } })
+          e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
+                              { key = ok.marker, target = "create", op = "==", value = 0 },
+                              { key = k.active, target = "value", op = "==", value = old } },
+                  success = ops }
+        else
+          e:txn { compare = { { key = k.active, target = "value", op = "==", value = old } },
+                  success = { { delete = { key = k.active } } } }
+        end
+      end
+    end
     baton.sleep(0.1)
   end
   return false
+end
+
+-- The next attempt of a run that waits for it (P pending/<job>/<id> at
+-- mod revision pmod): read the record, and claim it as the next attempt.
+-- Returns whether this node ran it; nil, "again" when etcd could not be
+-- asked.
+function M.take_pending(self, job, j, id, pmod)
+  local P, e = self.P, self.e
+  local k = M.keys(P, job, id)
+  local r = e:txn { success = { { get = { key = k.run } }, { get = { key = k.pending } } } }
+  if not r then return nil, "again" end
+  local kv, pkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
+  if not kv or not pkv or pkv.mod_revision ~= pmod then return false end
+  local ok, rec = pcall(json.decode, kv.value)
+  if not ok or type(rec) ~= "table" then return false end
+  local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
+                shard = M.shard_of(j.spec, id) }
+  if rec.task then
+    local t = e:get(rec.task)
+    if not t then return nil, "again" end
+    if not t.kvs[1] then return false end
+    run.task = { key = rec.task, value = t.kvs[1].value }
+  end
+  return M.start(self, run, { prev = { rec = rec, mod = kv.mod_revision, pending = pmod } })
 end
 
 return M
