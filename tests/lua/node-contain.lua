@@ -38,6 +38,40 @@ return { schedule = "* * * * * *", run = function(ctx) end }]])
   local why = cr and cr.error or ""
   T.ok(why:find("signal 11") or why:find("exited with status"), "the worker crashed: " .. why)
   T.is(assert(e:get(P .. "nodes/", { prefix = true })).count, 2, "both nodes alive")
+
+  -- No process of a run outlives it: not one its exec was waiting for when
+  -- the run timed out, nor one it left running in the background.
+  local r4 = c:put_job("slowexec", [[
+return { schedule = "@manual", timeout = 2, run = function(ctx) baton.exec { "sleep", "37" } end }]])
+  local r5 = c:put_job("daemon", [[
+return { schedule = "@manual", timeout = 10,
+         run = function(ctx)
+           assert(baton.exec { "sh", "-c", "sleep 38 >/dev/null 2>&1 & exit 0" })
+           os.execute("sleep 39 >/dev/null 2>&1 &")
+           local p = assert(baton.spawn { "setsid", "sleep", "40", stdio = "null" })
+         end }]])
+  T.ok(c:loaded("slowexec", r4) and c:loaded("daemon", r5), "jobs loaded")
+  local function sleeping(n)
+    local ps = assert(baton.exec { "ps", "-eo", "args" })
+    return ps.stdout:find("\nsleep " .. n .. "\n") ~= nil
+  end
+  c:cli("job", "run", "slowexec")
+  c:cli("job", "run", "daemon")
+  T.ok(N.wait(10, function() return sleeping(37) end), "the exec'd child runs")
+  local se = N.wait(20, function()
+    local r = c:records("slowexec")[1]
+    return r and r.state ~= "running" and r
+  end)
+  T.is(se and se.state, "failed", "the run that waited on exec fails at its timeout")
+  T.like(se and se.error or "", "timed out after 2 s", "timed out")
+  T.ok(not sleeping(37), "and the process it waited for is gone when that is recorded")
+  local dm = N.wait(20, function()
+    local r = c:records("daemon")[1]
+    return r and r.state ~= "running" and r
+  end)
+  T.is(dm and dm.state, "succeeded", "the run that left processes in the background succeeded")
+  T.ok(not sleeping(38) and not sleeping(39) and not sleeping(40),
+       "and none of them outlived it (sh -c '... &', os.execute('... &'), setsid)")
   local before = #c:records("tick")
   baton.sleep(2.5)
   T.ok(#c:records("tick") >= before + 2, "the other job kept its instants")

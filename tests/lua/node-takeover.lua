@@ -1,0 +1,131 @@
+-- Takeovers keep every rule a first run keeps: a forbid job whose node
+-- dies stays exclusive (the next instants are skipped until its re-run
+-- ends, never run beside it), and an orphaned run is re-run only by a node
+-- its labels allow (never by the leader for being the leader), waiting for
+-- one if none is alive.
+local T = require "tap"
+local N = require "nodes"
+local F = require "files"
+local TTL = 3
+
+local c = N.new("nodetakeover")
+local beats = c.dir .. "/beats"
+local script = c.dir .. "/beat.sh"
+F.write(script, [[
+# beat.sh TAG FILE N: "TAG UPTIME" to FILE every 0.1 s, N times
+i=0
+while [ "$i" -lt "$3" ]; do
+  read up _ < /proc/uptime
+  echo "$1 $up" >> "$2"
+  i=$((i+1))
+  sleep 0.1
+done
+]])
+
+local function spans(job)
+  local span = {}
+  for tag, up in (F.read(beats) or ""):gmatch("(%S+) ([%d.]+)\n") do
+    if tag:find(job .. ":", 1, true) == 1 then
+      local s = span[tag] or { tag = tag, first = math.huge, last = 0 }
+      up = tonumber(up)
+      s.first, s.last = math.min(s.first, up), math.max(s.last, up)
+      span[tag] = s
+    end
+  end
+  local list = {}
+  for _, s in pairs(span) do list[#list + 1] = s end
+  table.sort(list, function(x, y) return x.first < y.first end)
+  return list
+end
+
+local function running(job)
+  return N.wait(20, function()
+    for _, r in ipairs(c:records(job)) do
+      if r.state == "running" and #spans(job) > 0 then return r end
+    end
+  end)
+end
+
+-- The leader ("boss", a longer TTL, no label) starts first and leads; "w1"
+-- and "w2" may run the forbid job.
+c:start("boss", 10)
+T.ok(N.wait(10, function() return c:cli("leader").stdout == "boss\n" end), "boss leads")
+c:start("w1", TTL, "--labels role=w")
+c:start("w2", TTL, "--labels role=w")
+
+-- 1. forbid across a node loss: while the lost run waits to be re-run (here
+-- the leader, which finds orphans, is frozen for a while), the next
+-- instants must not start beside it, nor its re-run beside them.
+local rev = c:put_job("guard", ([[
+return { schedule = "* * * * * *", concurrency = "forbid", timeout = 60, labels = { role = "w" },
+         run = function(ctx)
+           assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
+                               ctx.attempt == 1 and "60" or "20", timeout = 60 })
+         end }]]):format(script, beats))
+T.ok(c:loaded("guard", rev), "forbid job loaded")
+local rec = running("guard")
+T.ok(rec, "a run is on, on " .. tostring(rec and rec.node))
+local victim = rec and rec.node or "w1"
+c:signal(victim, "KILL")
+c.nodes[victim] = nil
+c:signal("boss", "STOP")
+baton.sleep(TTL + 3)
+c:signal("boss", "CONT")
+local fin = N.wait(TTL + 20, function()
+  for _, r in ipairs(c:records("guard")) do
+    if r.attempt == 2 and r.state == "succeeded" then return r end
+  end
+end)
+T.ok(fin, "the lost run was re-run and succeeded")
+T.ok(fin and fin.node ~= "boss", "by a node with the job's label (" .. tostring(fin and fin.node) .. ")")
+baton.sleep(2.5)
+c:cli("job", "pause", "guard")
+baton.sleep(2.5)
+local list, overlap = spans("guard"), {}
+for i = 2, #list do
+  if list[i].first <= list[i - 1].last then
+    overlap[#overlap + 1] = ("%s [%.2f, %.2f] and %s [%.2f, %.2f]"):format(list[i - 1].tag,
+      list[i - 1].first, list[i - 1].last, list[i].tag, list[i].first, list[i].last)
+  end
+end
+T.ok(#list >= 2, "executions: " .. #list)
+if not T.is(#overlap, 0, "no two executions of the forbid job overlapped") then
+  for _, o in ipairs(overlap) do T.diag(o) end
+end
+local skipped = 0
+for _, r in ipairs(c:records("guard")) do if r.state == "skipped" then skipped = skipped + 1 end end
+T.ok(skipped >= 2, "instants that came meanwhile were skipped (" .. skipped .. ")")
+c:start(victim, TTL, "--labels role=w")
+c:start("n3", TTL, "--labels role=n3")
+
+-- 2. An orphan is re-run only by an eligible node.
+rev = c:put_job("pinned", ([[
+return { schedule = "@manual", timeout = 60, labels = { role = "n3" },
+         run = function(ctx)
+           assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.node .. ":" .. ctx.fence, %q,
+                               ctx.attempt == 1 and "100" or "5", timeout = 60 })
+         end }]]):format(script, beats))
+T.ok(c:loaded("pinned", rev, 15), "labelled job loaded")
+c:cli("job", "run", "pinned")
+rec = running("pinned")
+T.is(rec and rec.node, "n3", "it runs on the one node with its label")
+c:signal("n3", "KILL")
+c.nodes.n3 = nil
+baton.sleep(TTL + 4)
+local waiting = c:records("pinned")[1]
+T.is(waiting and waiting.state, "retrying", "its run waits for an eligible node")
+T.is(waiting and waiting.attempt, 1, "no other node took it")
+for _, s in ipairs(spans("pinned")) do
+  T.like(s.tag, "^pinned:n3:", "only n3 ever ran it (" .. s.tag .. ")")
+end
+c:start("n3", TTL, "--labels role=n3")
+fin = N.wait(30, function()
+  local r = c:records("pinned")[1]
+  return r and r.state == "succeeded" and r
+end)
+T.ok(fin, "once n3 is back, the run runs again there")
+T.is(fin and fin.node, "n3", "on n3")
+T.is(fin and fin.attempts[1].state, "lost", "attempt 1 is recorded lost")
+
+c:destroy()
+T.done()
