@@ -106,4 +106,40 @@ for _, r in ipairs(recs) do
 end
 T.ok(failed_over, "the dead node's in-flight shard was re-run elsewhere")
 c:destroy()
+
+-- Shards are accounted one by one: instants where shard 1 ran but shard 2
+-- never did (its claims all failed, and then the leader changed) are
+-- found by the next leader and recorded skipped, shard by shard.
+do
+  local c2 = N.new("nodeshards2")
+  local e2, P2 = c2.e, c2.P
+  local rev2 = c2:put_job("part", [[
+return { schedule = "* * * * * *", shards = 2, misfire = "skip", concurrency = "allow",
+         run = function(ctx) end }]])
+  local x = math.floor(baton.now()) - 1
+  local util = require "baton.cli.util"
+  for _, f in ipairs { x - 1, x } do
+    local now = baton.now()
+    assert(e2:put(P2 .. "runs/part/" .. util.instant(f) .. "/1", baton.json.encode {
+      job = "part", fire = f, shard = 1, node = "gone", attempt = 1, state = "succeeded",
+      started = now, finished = now, code_revision = rev2 }))
+  end
+  c2:start("a", TTL)
+  T.ok(c2:loaded("part", rev2), "sharded job loaded")
+  local function shard2(f)
+    local r = assert(e2:get(P2 .. "runs/part/" .. util.instant(f) .. "/2")).kvs[1]
+    return r and baton.json.decode(r.value)
+  end
+  local got = N.wait(20, function() return shard2(x - 1) and shard2(x) and true end)
+  T.ok(got, "the missing shard 2 of both instants was found")
+  for _, f in ipairs { x - 1, x } do
+    local r = shard2(f) or {}
+    T.is(r.state, "skipped", "shard 2 of " .. util.instant(f) .. " is recorded skipped")
+    T.like(r.error or "", "misfire", "with the misfire reason")
+    T.is(r.shard, 2, "as shard 2")
+  end
+  local one = assert(e2:get(P2 .. "runs/part/" .. util.instant(x) .. "/1")).kvs[1]
+  T.is(baton.json.decode(one.value).node, "gone", "shard 1's record is left as it was")
+  c2:destroy()
+end
 T.done()
