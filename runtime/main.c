@@ -29,7 +29,7 @@ static const char usage[] =
   "                                  hold NAME (etcdctl-compatible) while CMD runs\n"
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
-  "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]\n"
+  "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]\n"
   "                                  run a scheduler node\n"
   "  check FILE.lua                  validate a job or policy file: next 5 fires,\n"
   "                                  or a policy's decisions on a sample cluster\n"

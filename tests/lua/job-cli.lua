@@ -335,13 +335,32 @@ do
     running = 0, started = 1795989601 }, { lease = lease }))
   out, err, code = run("nodes")
   T.is(code, 0, "nodes: exit 0")
-  T.is(out, "NAME  VERSION  RUNNING  STARTED               LABELS\n"
-    .. "n-a   0.1.0    0        2026-11-29T22:00:01Z  -\n"
-    .. "n-b   0.1.0    2        2026-11-29T22:00:00Z  region=eu,role=db\n", "nodes: aligned columns")
+  T.is(out, "NAME  VERSION  RUNNING  STARTED               LABELS             OFFSET\n"
+    .. "n-a   0.1.0    0        2026-11-29T22:00:01Z  -                  -\n"
+    .. "n-b   0.1.0    2        2026-11-29T22:00:00Z  region=eu,role=db  -\n", "nodes: aligned columns")
   local list = baton.json.decode((run("nodes", "--json")))
   T.is(list and #list, 2, "nodes --json: an array")
   T.is(list and list[2].labels.role, "db", "nodes --json: with labels")
   T.is(list and list[1].lease, lease.id, "nodes --json: and the lease")
+
+  -- OFFSET: the clock against the cluster's, marked beyond --max-skew.
+  local clocks = {
+    ["n-c"] = { known = true, correction = 2.0031, error = 0.0024, offset = 2.0033, ref = "n-a", skewed = true },
+    ["n-d"] = { known = true, correction = -0.0004, error = 0.0019, offset = 0.001, ref = "n-a", skewed = false },
+    ["n-e"] = { known = false },
+  }
+  for name, k in pairs(clocks) do
+    assert(e:put(P .. "nodes/" .. name, baton.json.encode { name = name, version = "0.1.0", running = 0,
+      started = 1795989602, clock = k, max_skew = 0.5 }, { lease = lease }))
+  end
+  out = run("nodes")
+  T.like(out, "\nn%-c [^\n]*  %+2%.003s±0%.002!\n", "nodes: a skewed clock, marked")
+  T.like(out, "\nn%-d [^\n]*  %+0%.000s±0%.002\n", "nodes: a clock within --max-skew (never -0.000)")
+  T.like(out, "\nn%-e [^\n]*  %?\n", "nodes: a clock not known yet")
+  list = baton.json.decode((run("nodes", "--json")))
+  T.is(list and list[3].clock.correction, 2.0031, "nodes --json: the clock fields")
+  T.is(list and list[3].max_skew, 0.5, "nodes --json: and max_skew")
+  for name in pairs(clocks) do assert(e:delete(P .. "nodes/" .. name)) end
 
   local hex1, hex2 = "694d0000000000a1", "694d0000000000a0"
   assert(e:put(P .. "election/" .. hex1, "n-b", { lease = lease }))

@@ -1,9 +1,11 @@
--- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...]
+-- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]
 -- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
+-- --max-skew: seconds this node's clock may be off the cluster's before it
+-- warns and is flagged in baton nodes (default 0.5; node/clock.lua).
 local baton = require "baton"
 local A = require "baton.cli.args"
 
-local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N]"
+local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]"
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -15,7 +17,7 @@ end
 return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
-    workers = "count", labels = "string", history = "count" }, { ... })
+    workers = "count", labels = "string", history = "count", ["max-skew"] = "number" }, { ... })
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local name = opts.name or hostname()
   if not name:match("^[%w][%w_.-]*$") then
@@ -28,7 +30,8 @@ return function(...)
     labels[k] = v
   end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
-                                             workers = opts.workers, history = opts.history }
+                                             workers = opts.workers, history = opts.history,
+                                             max_skew = opts["max-skew"] }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

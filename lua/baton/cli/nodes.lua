@@ -1,11 +1,25 @@
 -- baton nodes [--json]: the live nodes, from the JSON each one keeps at
 -- P nodes/<name> on its session lease: {name, labels, version, running,
--- started}. No nodes: prints nothing and exits 0.
+-- started, clock, max_skew}. No nodes: prints nothing and exits 0.
+--
+-- OFFSET is the node's clock against the cluster's (node/clock.lua):
+-- "+2.003s±0.002" (seconds ahead, +- the error bound), "!" after it when
+-- beyond the node's --max-skew, "?" while not measured yet, "-" for a node
+-- that does not publish its clock.
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 
 local USAGE = "baton nodes [--json]"
+
+-- The OFFSET cell of a node's published clock.
+local function offset(k)
+  if type(k) ~= "table" then return "-" end
+  if k.known ~= true or type(k.correction) ~= "number" then return "?" end
+  local c = math.floor(k.correction * 1000 + 0.5) / 1000
+  if c == 0 then c = 0 end -- "+0.000s", never "-0.000s"
+  return ("%+.3fs±%.3f"):format(c, type(k.error) == "number" and k.error or 0) .. (k.skewed == true and "!" or "")
+end
 
 -- "running" may be a count or a list of runs.
 local function count(v)
@@ -34,12 +48,14 @@ return function(...)
     rows[#rows + 1] = {
       name, tostring(U.field(v, "version") or "-"), tostring(count(U.field(v, "running"))),
       type(started) == "number" and U.instant(started) or "-", #l > 0 and table.concat(l, ",") or "-",
+      offset(U.field(v, "clock")),
     }
   end
   if opts.json then
     U.print_json(baton.json.array(list))
   else
-    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS" }, rows)
+    -- (OFFSET last: its "±" is two bytes, which the column widths count.)
+    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "OFFSET" }, rows)
   end
   baton.exit(0)
 end

@@ -23,10 +23,13 @@ function C:cli(...)
   return assert(baton.exec(args))
 end
 
-function C:start(name, ttl, extra)
+-- env: an optional prefix of VAR=value words for the node's command line
+-- (for example a libfaketime LD_PRELOAD and FAKETIME).
+function C:start(name, ttl, extra, env)
   self.nodes[name] = assert(baton.spawn { "sh", "-c",
-    ("exec %q --endpoints %q --prefix %q node --name %s --ttl %d %s >>%s/%s.log 2>&1")
-      :format(bin, eps, self.P, name, ttl or 3, extra or "", self.dir, name), stdio = "null" })
+    ("exec %s %q --endpoints %q --prefix %q node --name %s --ttl %d %s >>%s/%s.log 2>&1")
+      :format(env and ("env " .. env) or "", bin, eps, self.P, name, ttl or 3, extra or "",
+              self.dir, name), stdio = "null" })
   return self.nodes[name]
 end
 
