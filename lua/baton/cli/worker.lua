@@ -3,19 +3,23 @@
 -- and sends one message per line:
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, deadline, marker, task, shard, record}}
+--                    code_revision, deadline, marker, task, shard, record,
+--                    clock}}
 --   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
 --                    "retire": bool}
 --
 -- One run at a time. For each run the worker reads the job's source at the
 -- revision the node loaded (kept in a small cache), compiles it in a fresh
--- environment and calls run(ctx) with the full Lua API. SIGTERM asks the
--- current run to stop (ctx:cancelled()). A run that leaves coroutines or
--- child processes behind, or changes a loaded module or the string
--- metatable, makes the worker retire (exit after its reply), so the next
--- run starts clean; the node kills a worker whose run timed out and
--- starts a fresh one. When the channel closes (the node stopped) the worker
--- exits; if the node dies, the kernel kills the worker (PR_SET_PDEATHSIG).
+-- environment and calls run(ctx) with the full Lua API. What the job
+-- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
+-- run, one per line. SIGTERM asks the current run to stop
+-- (ctx:cancelled()). When run returns, every process it started is ended
+-- (baton._sweep, by the worker's containment process, runtime/contain.h)
+-- before its end is recorded or reported. A run that leaves coroutines
+-- behind, or changes a loaded module or the string metatable, makes the
+-- worker retire (exit after its reply), so the next run starts clean. When
+-- the channel closes (the node stopped) the worker exits; if the node
+-- dies, its containment process ends the worker and everything below it.
 local baton = require "baton"
 local jobmod = require "baton.job"
 local runs = require "baton.node.runs"
@@ -30,28 +34,15 @@ end
 
 -- Records a success right here, guarded by the run's fence, so that a run
 -- that completed is recorded even if the node froze after it. The node
--- sent the record as it claimed it.
+-- sent the record as it claimed it. Not once the node's fence board says
+-- its lease may be gone (the containment process is ending the run then).
 local function record_success(run, started)
   local rec = opt(run.record)
-  if not rec then return false end
-  rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now(), nil, run.fence
+  if not rec or baton._fenced() then return false end
+  rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
   return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task) },
                          run.fence, rec) ~= nil
-end
-
--- A worker must not outlive its node: if the node dies (even by SIGKILL),
--- the kernel kills the worker, so a dead node's runs stop and the leader
--- can run them elsewhere.
-local function die_with_parent(node_pid)
-  local ok, ffi = pcall(require, "ffi")
-  if not ok then return end
-  pcall(ffi.cdef, [[
-    int prctl(int option, unsigned long a2, unsigned long a3, unsigned long a4, unsigned long a5);
-    int getppid(void);
-  ]])
-  ffi.C.prctl(1 --[[PR_SET_PDEATHSIG]], 9 --[[SIGKILL]], 0, 0, 0)
-  if node_pid and ffi.C.getppid() ~= node_pid then os.exit(1) end
 end
 
 local sources, nsources = {}, 0
@@ -73,22 +64,88 @@ local function source(run)
   return sources[ck]
 end
 
-local function context(run, state)
-  local fields = { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
-                   attempt = run.attempt }
-  local function logger(level)
-    return function(msg, extra)
-      local f = {}
+-- The fields every log line of a run carries.
+local function run_fields(run)
+  return { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
+           attempt = run.attempt }
+end
+
+local function logger(fields, level)
+  return function(msg, extra)
+    local f = {}
+    for k, v in pairs(fields) do f[k] = v end
+    for k, v in pairs(extra or {}) do f[k] = v end
+    baton.log[level](msg, f)
+  end
+end
+
+-- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
+-- becomes log lines of the run, one per line as soon as the line is
+-- complete, tagged with the run's fields and the stream. out.flush()
+-- writes what is left of an unfinished line at the end of the run.
+local function output(run)
+  local fields, bufs = run_fields(run), { stdout = "", stderr = "" }
+  local function emit(stream, data)
+    local buf = bufs[stream] .. data
+    local from = 1
+    while true do
+      local nl = buf:find("\n", from, true)
+      if not nl then break end
+      local f = { stream = stream }
       for k, v in pairs(fields) do f[k] = v end
-      for k, v in pairs(extra or {}) do f[k] = v end
-      baton.log[level](msg, f)
+      baton.log.info(buf:sub(from, nl - 1), f)
+      from = nl + 1
+    end
+    bufs[stream] = buf:sub(from)
+  end
+  local function writer(stream)
+    return function(...)
+      for i = 1, select("#", ...) do
+        local v = select(i, ...)
+        if type(v) ~= "string" and type(v) ~= "number" then
+          error(("bad argument #%d to 'write' (string expected, got %s)"):format(i, type(v)), 2)
+        end
+        emit(stream, tostring(v))
+      end
     end
   end
+  -- A file object that writes to the run's log; its other methods do
+  -- nothing useful for a log and are harmless no-ops.
+  local function file(stream, real)
+    local w = writer(stream)
+    local f = {}
+    f.write = function(self, ...) w(...); return self end
+    f.flush = function(self) return self end
+    f.setvbuf = function() return true end
+    f.close = function() return nil, "cannot close the run's " .. stream end
+    return setmetatable(f, { __tostring = function() return tostring(real) end })
+  end
+  local out = { stdout = file("stdout", io.stdout), stderr = file("stderr", io.stderr) }
+  local write_out = writer("stdout")
+  out.print = function(...)
+    local parts = {}
+    for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+    emit("stdout", table.concat(parts, "\t") .. "\n")
+  end
+  out.io = setmetatable({ write = function(...) write_out(...); return out.stdout end,
+                          stdout = out.stdout, stderr = out.stderr,
+                          output = function() return out.stdout end },
+                        { __index = io })
+  function out.flush()
+    for stream, buf in pairs(bufs) do
+      if buf ~= "" then emit(stream, "\n") end
+    end
+  end
+  return out
+end
+
+local function context(run, state)
+  local fields = run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
-    log = { info = logger("info"), warn = logger("warn"), error = logger("error"),
-            debug = logger("debug") },
+    log = { info = logger(fields, "info"), warn = logger(fields, "warn"),
+            error = logger(fields, "error"), debug = logger(fields, "debug") },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -144,24 +201,49 @@ local function shared_unchanged(snap)
   return rawequal(smt, snap.smt) and (not smt or same_fields(smt, snap.smt_fields))
 end
 
--- Runs one run; returns the reply for the node.
+-- The reason a run failed, as text: a string as it is, anything else as
+-- its JSON (error({code = 1}) is recorded as {"code":1}).
+local function error_text(v)
+  if type(v) == "string" then return v end
+  local ok, text = pcall(json.encode, v)
+  return ok and text or tostring(v)
+end
+
+-- Runs one run; returns the reply for the node. run(ctx) fails the run by
+-- raising, or by returning nil (or false) and an error, as Lua functions
+-- report failure; false alone fails it too.
 local function execute(run, state)
   local src, serr = source(run)
   if not src then return { ok = false, error = serr } end
   local spec, lerr = jobmod.load(src.text, run.job, src.revision)
   if not spec then return { ok = false, error = lerr } end
-  local started = baton.now()
-  local ok, rerr = pcall(spec.run, context(run, state))
-  -- A stop request may have ended what the run waited on (SIGTERM kills
-  -- the children of the worker's group too): let it be seen first, and
-  -- count a run that ends past its deadline as timed out.
+  local out = output(run)
+  if rawget(spec.env, "print") == nil then spec.env.print = out.print end
+  if rawget(spec.env, "io") == nil then spec.env.io = out.io end
+  local function now() return baton.now() + (run.clock or 0) end
+  local started = now()
+  local ok, res, err = pcall(spec.run, context(run, state))
+  -- A stop request may have ended what the run waited on: let it be seen
+  -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
-  if not ok then return { ok = false, error = tostring(rerr) } end
-  if state.cancelled then return { ok = false, error = "cancelled" } end
-  if run.deadline and baton.now() >= run.deadline then
-    return { ok = false, error = "timed out" }
+  out.flush()
+  -- Every process the run started ends before its end is known.
+  local swept = baton._sweep(30)
+  local reply
+  if not ok then reply = { ok = false, error = error_text(res) }
+  elseif (res == nil or res == false) and err ~= nil then reply = { ok = false, error = error_text(err) }
+  elseif res == false then reply = { ok = false, error = "run returned false" }
+  elseif state.cancelled then reply = { ok = false, error = "cancelled" }
+  elseif run.deadline and now() >= run.deadline then reply = { ok = false, error = "timed out" }
+  else reply = { ok = true } end
+  if swept == nil then
+    -- Some process of the run would not die: leave it to the node, which
+    -- stops this worker and waits for them before it records the run.
+    reply.retire = true
+  elseif reply.ok then
+    reply.recorded = record_success(run, started)
   end
-  return { ok = true, recorded = record_success(run, started) }
+  return reply
 end
 
 return function()
@@ -170,7 +252,9 @@ return function()
     io.stderr:write("baton: worker: started without a channel; this command is for baton node\n")
     return baton.exit(2)
   end
-  die_with_parent(tonumber(os.getenv("BATON_NODE_PID")))
+  -- Whatever else writes to stdout (not a run: those are captured) goes
+  -- out line by line, not minutes later when a buffer fills.
+  io.stdout:setvbuf("line")
   local state = {}
   baton.go(function()
     while true do
@@ -191,8 +275,8 @@ return function()
         -- Of the run, only this coroutine may be left, and what all runs
         -- share must be as it was: a job that patched a module or the
         -- string metatable would otherwise change the next job's world.
-        reply.retire = baton._coroutines() > before + 1 or baton._children() > 0
-          or not shared_unchanged(shared)
+        reply.retire = reply.retire or baton._coroutines() > before + 1
+          or baton._children() > 0 or not shared_unchanged(shared)
         state.busy = false
         ch:send(json.encode(reply))
         if reply.retire then baton.exit(0) end
