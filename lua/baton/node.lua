@@ -127,57 +127,33 @@ local function assign_shards(self, name, spec, fire)
                 job_view(name, spec), spec.shards, live_nodes(self), fire) or {}
 end
 
--- Claims and runs one instant of a job on this node (immediate: no policy
--- delay, used by the leader for misfires). A sharded job's instant is one
--- run per shard: this node claims the shards the policy assigned to it at
--- once, and the others after SHARD_GRACE (the claim fails harmlessly for a
--- shard another node has). only (a list of shard indexes) limits it to
--- those shards.
-local function run_instant(self, name, j, fire, immediate, only)
+-- One instant came due on this node, which may run the job (its policy's
+-- claim_delay is not nil): wait that delay, then claim. A sharded job's
+-- instant is one run per shard instead: this node claims the shards the
+-- policy assigned to it at once, and the others after SHARD_GRACE (the
+-- claim fails harmlessly for a shard another node has).
+local function fire_instant(self, name, j, fire)
   local spec = j.spec
+  local delay = claim_delay(self, name, spec, fire)
+  if delay == nil then return end
   local instant = util.instant(fire)
   if (spec.shards or 1) > 1 then
     local a = assign_shards(self, name, spec, fire)
-    local list = only
-    if not list then
-      list = {}
-      for i = 1, spec.shards do list[i] = i end
-    end
-    for _, i in ipairs(list) do
+    for i = 1, spec.shards do
       baton.go(function()
-        local run = { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
-                      shard = { index = i, total = spec.shards,
-                                param = spec.shard_params and spec.shard_params[i] } }
-        if a[i] ~= self.name and not immediate then
-          baton.sleep(SHARD_GRACE)
-          if self.stopping or self.jobs[name] ~= j or j.paused then return end
-        end
-        runs.start(self, run)
+        if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
+        if self.stopping or self.jobs[name] ~= j or j.paused then return end
+        runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
+                           shard = runs.shard_of(spec, instant .. "/" .. i) })
       end)
     end
     return
   end
-  local run = { job = name, id = instant, fire = fire, spec = spec }
-  if spec.concurrency == "replace" then
-    local rk = runs.keys(self.P, name, run.id).run
-    local exists = self.e:get(rk, { count_only = true })
-    if exists and exists.count > 0 then return end
-    runs.replace_active(self, run)
-  end
-  runs.start(self, run)
-end
-
--- One instant came due on this node: wait the policy's delay, then claim
--- (a sharded job's shards are placed by assign_shards instead).
-local function fire_instant(self, name, j, fire)
-  local spec = j.spec
-  if (spec.shards or 1) <= 1 then
-    local delay = claim_delay(self, name, spec, fire)
-    if delay == nil then return end
-    if delay > 0 then baton.sleep(delay) end
-  end
+  if delay > 0 then baton.sleep(delay) end
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
-  run_instant(self, name, j, fire, false)
+  local run = { job = name, id = instant, fire = fire, spec = spec }
+  if spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
+  runs.start(self, run)
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
@@ -204,11 +180,12 @@ local function on_trigger(self, key, value)
   })
 end
 
--- A run waits for its next attempt (P pending/<job>/<id>: a retry, or a
--- re-run after its node was lost or stopped). Every node that may run the
--- job takes its turn from the job's policy, as for a first run (the key
--- it ranks is the pending key and the attempt), once the attempt is due;
--- the claim (runs.take_pending) succeeds on one node only. While etcd
+-- A run waits for its next attempt (P pending/<job>/<id>: a retry, a
+-- re-run after its node was lost or stopped, or the first attempt of an
+-- instant the leader found missed). Every node that may run the job takes
+-- its turn from the job's policy, as for a first run (the key it ranks is
+-- the pending key and the attempt), once the attempt is due; the claim
+-- (runs.take_pending) succeeds on one node only. While etcd
 -- cannot be asked, it tries again; it stops once the entry is gone or
 -- changed (mod is its mod revision: a new entry gets a turn of its own).
 local function on_pending(self, key, value, mod)
@@ -632,9 +609,6 @@ function M.run(opts)
   self.job_view = job_view
   self.decide = function(name, spec, fname, fields, ...) return decide(self, name, spec, fname, fields, ...) end
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
-  self.run_instant = function(name, j, fire, immediate, only)
-    return run_instant(self, name, j, fire, immediate, only)
-  end
   self.publish = function() publish(self) end
   self.max_skew = opts.max_skew or clock.MAX_SKEW
   local ok, err = join(self)

@@ -271,17 +271,26 @@ function M.settle_misfires(self, name, j, missed, now)
     if spec.misfire == "run_all" then return true end
     return spec.misfire == "run_once" and not continuing and m.fire == newest
   end
-  local to_run, order, skipped = {}, {}, 0
+  local ran, skipped = 0, 0
   for _, m in ipairs(missed) do
+    local key = P .. "runs/" .. name .. "/" .. util.instant(m.fire) .. (m.shard and "/" .. m.shard or "")
+    local id = key:sub(#P + 7 + #name)
+    -- (An instant handed out already, by a pending entry, is neither
+    -- handed out again nor skipped: its claim is on the way.)
+    local pk = runs.keys(P, name, id).pending
+    local absent = { { key = key, target = "create", op = "==", value = 0 },
+                     { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
-      if not to_run[m.fire] then to_run[m.fire] = {}; order[#order + 1] = m.fire end
-      if m.shard then table.insert(to_run[m.fire], m.shard) end
+      -- Any eligible node runs it, as the job's policy orders them: a
+      -- pending entry for its first attempt (node.lua, runs.take_pending).
+      local r = e:txn { compare = absent, success = { { put = { key = pk, value = json.encode {
+        at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
+      if r and r.succeeded then ran = ran + 1 end
     else
       local why = not in_time(m.fire)
         and format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
         or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
-      local key = P .. "runs/" .. name .. "/" .. util.instant(m.fire) .. (m.shard and "/" .. m.shard or "")
-      local r = e:txn { compare = { { key = key, target = "create", op = "==", value = 0 } },
+      local r = e:txn { compare = absent,
         success = { { put = { key = key, value = json.encode {
           job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
           state = "skipped", started = now, finished = now, error = why,
@@ -289,13 +298,10 @@ function M.settle_misfires(self, name, j, missed, now)
       if r and r.succeeded then skipped = skipped + 1 end
     end
   end
-  log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
-                                     skipped = skipped, run = #order, misfire = spec.misfire })
-  baton.go(function()
-    for _, f in ipairs(order) do
-      self.run_instant(name, j, f, true, #to_run[f] > 0 and to_run[f] or nil)
-    end
-  end)
+  if ran + skipped > 0 then
+    log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
+                                       skipped = skipped, run = ran, misfire = spec.misfire })
+  end
 end
 
 local function prune(self)

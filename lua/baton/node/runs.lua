@@ -414,10 +414,14 @@ end
 -- For replace: stops the run that holds the job's active/ key, and waits
 -- (up to the job's timeout + grace) until it has ended. A running one is
 -- asked to stop (cancel/); one that is not running anywhere (waiting for
--- its next attempt, or its node lost) is recorded killed here.
+-- its next attempt, or its node lost) is recorded killed here. Returns
+-- false, stopping nothing, when run itself was claimed already (by a node
+-- whose turn came first), or when the old run would not end in time.
 function M.replace_active(self, run)
   local P, e, spec = self.P, self.e, run.spec
   local k = M.keys(P, run.job, run.id)
+  local mine = e:get(k.run, { count_only = true })
+  if not mine or mine.count > 0 then return false end
   local deadline = baton.monotime() + spec.timeout + self.grace * 2
   local asked
   while baton.monotime() < deadline do
@@ -457,25 +461,50 @@ function M.replace_active(self, run)
   return false
 end
 
--- The next attempt of a run that waits for it (P pending/<job>/<id> at
--- mod revision pmod): read the record, and claim it as the next attempt.
--- Returns whether this node ran it; nil, "again" when etcd could not be
--- asked.
+-- The attempt a pending entry (P pending/<job>/<id> at mod revision pmod)
+-- waits for: read the record, and claim it as the next attempt — or, with
+-- no record yet, as the first attempt of an instant the leader found
+-- missed. Returns whether this node ran it; nil, "again" when etcd could
+-- not be asked.
 function M.take_pending(self, job, j, id, pmod)
   local P, e = self.P, self.e
   local k = M.keys(P, job, id)
   local r = e:txn { success = { { get = { key = k.run } }, { get = { key = k.pending } } } }
   if not r then return nil, "again" end
   local kv, pkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
-  if not kv or not pkv or pkv.mod_revision ~= pmod then return false end
+  if not pkv or pkv.mod_revision ~= pmod then return false end
+  if not kv then
+    local ok, req = pcall(json.decode, pkv.value)
+    if not ok or type(req) ~= "table" or type(req.fire) ~= "number" then return false end
+    local run = { job = job, id = id, fire = req.fire, spec = j.spec, shard = M.shard_of(j.spec, id) }
+    if j.spec.concurrency == "replace" and not M.replace_active(self, run) then return false end
+    local gone = { { delete = { key = k.pending } } }
+    return M.start(self, run, {
+      extra_compare = { { key = k.pending, target = "mod", op = "==", value = pmod } },
+      extra_success = gone, skip_ops = gone })
+  end
   local ok, rec = pcall(json.decode, kv.value)
   if not ok or type(rec) ~= "table" then return false end
+  if rec.state ~= "retrying" then
+    -- Nothing waits for it any more (the run went on or ended another way).
+    e:txn { compare = { { key = k.pending, target = "mod", op = "==", value = pmod } },
+            success = { { delete = { key = k.pending } } } }
+    return false
+  end
   local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
                 shard = M.shard_of(j.spec, id) }
   if rec.task then
     local t = e:get(rec.task)
     if not t then return nil, "again" end
-    if not t.kvs[1] then return false end
+    if not t.kvs[1] then
+      -- Its task was deleted meanwhile: nothing is left to run.
+      rec.state, rec.finished, rec.retry_at = "abandoned", self.now(), nil
+      rec.error = "its queue task " .. rec.task .. " was deleted"
+      e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
+                          { key = k.pending, target = "mod", op = "==", value = pmod } },
+              success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }) }
+      return false
+    end
     run.task = { key = rec.task, value = t.kvs[1].value }
   end
   return M.start(self, run, { prev = { rec = rec, mod = kv.mod_revision, pending = pmod } })
