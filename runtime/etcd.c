@@ -10,6 +10,7 @@
 #include "err.h"
 #include "http.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,12 +75,17 @@ int bt_etcd_int64(const cJSON *obj, const char *name, int64_t *out) {
   if (cJSON_IsString(v)) {
     long long x;
     if (!v->valuestring[0]) return BT_EPROTO;
+    errno = 0;
     x = strtoll(v->valuestring, &end, 10);
-    if (*end) return BT_EPROTO;
+    if (*end || errno == ERANGE) return BT_EPROTO;
     *out = x;
     return 0;
   }
   if (cJSON_IsNumber(v)) {
+    /* in range first: converting a double beyond int64 is undefined */
+    if (!(v->valuedouble >= -9223372036854775808.0 &&
+          v->valuedouble < 9223372036854775808.0))
+      return BT_EPROTO;
     *out = (int64_t) v->valuedouble;
     return 0;
   }

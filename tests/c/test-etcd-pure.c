@@ -1,5 +1,5 @@
 /* Unit tests of the C core's pure parts: base64, int64 fields, the error
- * table, endpoint lists and the mapping of etcd's error bodies. */
+ * table, endpoint lists, and the mapping of etcd's error bodies. */
 #include "tap.h"
 #include "b64.h"
 #include "err.h"
@@ -56,6 +56,21 @@ static void test_int64(void) {
   is_int(bt_etcd_int64(j, "bad", &v), BT_EPROTO, "trailing garbage is EPROTO");
   is_int(bt_etcd_int64(j, "empty", &v), BT_EPROTO, "empty string is EPROTO");
   is_int(bt_etcd_int64(j, "obj", &v), BT_EPROTO, "an object is EPROTO");
+  cJSON_Delete(j);
+  /* beyond int64: strtoll saturates and a double cast is undefined */
+  j = cJSON_Parse("{\"max\":\"9223372036854775807\","
+                  "\"over\":\"9223372036854775808\","
+                  "\"under\":\"-9223372036854775809\",\"big\":1e300,"
+                  "\"inf\":1e999,\"low\":-1e19,\"edge\":9223372036854775807}");
+  is_int(bt_etcd_int64(j, "max", &v), 0, "INT64_MAX as a string parses");
+  ok(v == INT64_MAX, "value INT64_MAX");
+  is_int(bt_etcd_int64(j, "over", &v), BT_EPROTO, "a string above INT64_MAX is EPROTO");
+  is_int(v, 0, "and reads as 0");
+  is_int(bt_etcd_int64(j, "under", &v), BT_EPROTO, "a string below INT64_MIN is EPROTO");
+  is_int(bt_etcd_int64(j, "big", &v), BT_EPROTO, "a number above int64 is EPROTO");
+  is_int(bt_etcd_int64(j, "inf", &v), BT_EPROTO, "an infinite number is EPROTO");
+  is_int(bt_etcd_int64(j, "low", &v), BT_EPROTO, "a number below int64 is EPROTO");
+  is_int(bt_etcd_int64(j, "edge", &v), BT_EPROTO, "2^63 (what 9223372036854775807 reads as) is EPROTO");
   cJSON_Delete(j);
 }
 
