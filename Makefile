@@ -85,18 +85,22 @@ clean:
 #   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/http_parse.c)
 #                           fed in arbitrary splits: framing, chunked,
 #                           trailers, HEAD/204/304, read-to-close
-# make fuzz-cron, fuzz-http run one. Each runs on its own corpus
+#   etcd  fuzz/etcd_fuzz.c  etcd gateway answers: error bodies, watch stream
+#                           lines, int64 fields, base64, endpoint lists
+# make fuzz-cron, fuzz-http, fuzz-etcd run one. Each runs on its own corpus
 # build/fuzz/<target>/corpus (kept, not committed), seeded from
 # fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to
 # fuzz/regressions/<target>/, which tests/c/test-<target>-fuzz.c replays
 # with the seeds on `make test` (commit them with the fix).
 FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := cron http
+FUZZ_TARGETS := cron http etcd
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime
 FUZZ_SRCS_cron := runtime/cron.c runtime/tz.c runtime/err.c
 FUZZ_SRCS_http := runtime/http_parse.c
+FUZZ_SRCS_etcd := runtime/etcd.c runtime/b64.c runtime/err.c runtime/http.c \
+                  runtime/http_parse.c runtime/http_curl.c
 
 .PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 
