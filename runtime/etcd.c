@@ -113,7 +113,7 @@ int bt_etcd_map_error(long status, const char *body, size_t len, char *msg,
     } else if (!cJSON_IsString(m) && cJSON_IsString(e)) {
       m = e;
     }
-    if (cJSON_IsString(m)) text = m->valuestring;
+    if (cJSON_IsString(m) && m->valuestring[0]) text = m->valuestring;
     if (cJSON_IsNumber(c)) code = c->valueint;
   }
   if (!text) text = status ? "unexpected http status" : "malformed response";

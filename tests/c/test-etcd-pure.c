@@ -191,6 +191,13 @@ static void test_map_error(void) {
   is_int(bt_etcd_map_error(502, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "non-JSON body");
   is_str(msg, "http status 502", "status named when the body is not JSON");
   is_int(bt_etcd_map_error(405, NULL, 0, msg, sizeof(msg)), BT_EETCD, "no body");
+  /* found by fuzz/etcd_fuzz.c: an empty text gave an empty message */
+  b = "{\"error\":\"\",\"code\":5}";
+  is_int(bt_etcd_map_error(404, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "empty error text");
+  is_str(msg, "unexpected http status", "says something rather than nothing");
+  b = "{\"error\":{\"message\":\"\",\"grpc_code\":14}}";
+  is_int(bt_etcd_map_error(200, b, strlen(b), msg, sizeof(msg)), BT_EUNAVAIL, "empty stream error text");
+  is_str(msg, "unexpected http status", "a stream's empty error line says something too");
 }
 
 int main(void) {
