@@ -78,31 +78,55 @@ clean:
 
 -include $(OBJS:.o=.d) $(CTESTS:.t=.d)
 
-# --- cron ---
-# make fuzz: the cron parser's libFuzzer target (clang -fsanitize=fuzzer with
-# ASan + UBSan), run for FUZZ_TIME seconds (default 600) on a corpus in
-# build/fuzz/corpus seeded from fuzz/corpus. Crash inputs are copied to
-# fuzz/regressions/, which tests/c/test-cron-fuzz.c replays on `make test`.
-FUZZ_TIME ?= 600
-FUZZ_CC   ?= clang
-FUZZ_SRCS := fuzz/cron_fuzz.c runtime/cron.c runtime/tz.c runtime/err.c
+# --- fuzz ---
+# make fuzz: every libFuzzer target (clang -fsanitize=fuzzer with ASan +
+# UBSan), one after another, FUZZ_TIME seconds each (default 600):
+#   cron  fuzz/cron_fuzz.c  the cron parser and next-instant search
+#   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/http_parse.c)
+#                           fed in arbitrary splits: framing, chunked,
+#                           trailers, HEAD/204/304, read-to-close
+#   etcd  fuzz/etcd_fuzz.c  etcd gateway answers: error bodies, watch stream
+#                           lines, int64 fields, base64, endpoint lists
+# make fuzz-cron, fuzz-http, fuzz-etcd run one. Each runs on its own corpus
+# build/fuzz/<target>/corpus (kept, not committed), seeded from
+# fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to
+# fuzz/regressions/<target>/, which tests/c/test-<target>-fuzz.c replays
+# with the seeds on `make test` (commit them with the fix).
+FUZZ_TIME    ?= 600
+FUZZ_CC      ?= clang
+FUZZ_TARGETS := cron http etcd
+FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined -Iruntime
+FUZZ_SRCS_cron := runtime/cron.c runtime/tz.c runtime/err.c
+FUZZ_SRCS_http := runtime/http_parse.c
+FUZZ_SRCS_etcd := runtime/etcd.c runtime/b64.c runtime/err.c runtime/http.c \
+                  runtime/http_parse.c runtime/http_curl.c
 
-build/fuzz/cron_fuzz: $(FUZZ_SRCS) runtime/cron.h runtime/tz.h runtime/err.h
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=undefined -Iruntime \
-	  $$(pkg-config --cflags libuv) -o $@ $(FUZZ_SRCS) \
-	  $$(pkg-config --libs libuv)
+.PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 
-fuzz: deps build/fuzz/cron_fuzz
-	@mkdir -p build/fuzz/corpus build/fuzz/crashes
-	@cp fuzz/corpus/* build/fuzz/corpus/
-	@rc=0; build/fuzz/cron_fuzz -max_total_time=$(FUZZ_TIME) -timeout=10 \
+define fuzz_target
+build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/*.h)
+	@mkdir -p $$(dir $$@)
+	@echo "  FUZZ  $$@"
+	@$$(FUZZ_CC) $$(FUZZ_CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $$(FUZZ_SRCS_$(1)) \
+	  $$(shell pkg-config --libs libuv libcjson) -lm -ldl -lpthread
+
+fuzz-$(1): deps build/fuzz/$(1)_fuzz
+	@mkdir -p build/fuzz/$(1)/corpus build/fuzz/$(1)/crashes fuzz/regressions/$(1)
+	@cp fuzz/corpus/$(1)/* build/fuzz/$(1)/corpus/
+	@rc=0; build/fuzz/$(1)_fuzz -max_total_time=$$(FUZZ_TIME) -timeout=10 \
 	  -rss_limit_mb=2048 -print_final_stats=1 \
-	  -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus || rc=$$?; \
-	for f in build/fuzz/crashes/*; do \
-	  [ -f "$$f" ] && cp "$$f" fuzz/regressions/; done; exit $$rc
-# --- end cron ---
+	  -artifact_prefix=build/fuzz/$(1)/crashes/ build/fuzz/$(1)/corpus || rc=$$$$?; \
+	for f in build/fuzz/$(1)/crashes/*; do \
+	  [ -f "$$$$f" ] && cp "$$$$f" fuzz/regressions/$(1)/; done; exit $$$$rc
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_target,$(t))))
+
+# One target at a time, whatever -j says; all run even if one fails.
+fuzz:
+	@rc=0; for t in $(FUZZ_TARGETS); do \
+	  $(MAKE) --no-print-directory fuzz-$$t || rc=1; done; exit $$rc
+# --- end fuzz ---
 
 # --- demo ---
 # make demo: a throwaway etcd and three nodes on this machine, the example

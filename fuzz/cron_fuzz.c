@@ -8,10 +8,10 @@
  * increasing, and when a fixed-hour schedule's instant repeats a wall
  * time, that must be a DST shift. Crashes, sanitizer reports and leaks fail.
  *
- *   make fuzz                    builds build/fuzz/cron_fuzz, runs 10 min
- *   make fuzz FUZZ_TIME=60       shorter
- * Crashes it finds go to fuzz/regressions/ and are replayed by
- * tests/c/test-cron-fuzz.c on every `make test`.
+ *   make fuzz-cron               builds build/fuzz/cron_fuzz, runs 10 min
+ *   make fuzz-cron FUZZ_TIME=60  shorter
+ * Crashes it finds go to fuzz/regressions/cron/ and are replayed, with the
+ * seeds of fuzz/corpus/cron/, by tests/c/test-cron-fuzz.c on `make test`.
  */
 #include "cron.h"
 #include "err.h"

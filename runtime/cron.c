@@ -290,11 +290,17 @@ static int parse_item(const pctx_t *p, bt_cron_t *c, int f, uint64_t *bits,
   if (s < end && *s == '-') {
     const char *bs = ++s;
     if ((rc = read_value(p, f, &s, end, &b))) return rc;
-    /* MON-SUN, FRI-SUN: Sunday as the end of a range is 7 */
-    if (f == F_DOW && b == 0 && a > 0) b = 7;
+    /* MON-SUN, FRI-SUN: the name SUN ending a range that starts later in
+     * the week is 7. A written 0 stays 0, so 5-0 runs backwards; SUN-SUN
+     * and 0-SUN are Sunday alone, as 3-3 is Wednesday alone. */
+    if (f == F_DOW && b == 0 && a > 0 && isalpha((unsigned char)*bs)) b = 7;
+    if (b < a && f == F_DOW && b == 0)
+      return perr(p, f, item, "range %.*s runs backwards (Sunday at the end "
+                              "of a range is 7: write %.*s7)",
+                  (int)(s - item), item, (int)(bs - item), item);
     if (b < a)
-      return perr(p, f, item, "range %d-%.*s runs backwards (write it as two "
-                              "ranges)", a, (int)(s - bs), bs);
+      return perr(p, f, item, "range %.*s runs backwards (write it as two "
+                              "ranges)", (int)(s - item), item);
     if (s < end && *s == '/') {
       s++;
       if ((rc = read_step(p, f, &s, end, &step))) return rc;

@@ -5,12 +5,13 @@
  * in two shapes, half-duplex streams (a watch is one POST whose body is
  * complete; it is cancelled by closing the connection).
  */
-#include "etcd.h"
+#include "etcd_int.h"
 #include "b64.h"
 #include "err.h"
 #include "fence.h"
 #include "http.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,12 +76,17 @@ int bt_etcd_int64(const cJSON *obj, const char *name, int64_t *out) {
   if (cJSON_IsString(v)) {
     long long x;
     if (!v->valuestring[0]) return BT_EPROTO;
+    errno = 0;
     x = strtoll(v->valuestring, &end, 10);
-    if (*end) return BT_EPROTO;
+    if (*end || errno == ERANGE) return BT_EPROTO;
     *out = x;
     return 0;
   }
   if (cJSON_IsNumber(v)) {
+    /* in range first: converting a double beyond int64 is undefined */
+    if (!(v->valuedouble >= -9223372036854775808.0 &&
+          v->valuedouble < 9223372036854775808.0))
+      return BT_EPROTO;
     *out = (int64_t) v->valuedouble;
     return 0;
   }
@@ -108,7 +114,7 @@ int bt_etcd_map_error(long status, const char *body, size_t len, char *msg,
     } else if (!cJSON_IsString(m) && cJSON_IsString(e)) {
       m = e;
     }
-    if (cJSON_IsString(m)) text = m->valuestring;
+    if (cJSON_IsString(m) && m->valuestring[0]) text = m->valuestring;
     if (cJSON_IsNumber(c)) code = c->valueint;
   }
   if (!text) text = status ? "unexpected http status" : "malformed response";
@@ -595,30 +601,60 @@ static void watch_retry(bt_etcd_watch_t *w, int err, const char *msg) {
   uv_timer_start(&w->timer, on_watch_timer, delay, 0);
 }
 
+/* A revision as watch lines carry it: 0 when absent or malformed (as
+ * bt_etcd_int64 leaves it); -1 when out of 0..INT64_MAX-1. */
+static int64_t line_rev(const cJSON *obj, const char *name) {
+  int64_t v = 0;
+  bt_etcd_int64(obj, name, &v);
+  return v < 0 || v == INT64_MAX ? -1 : v;
+}
+
+int bt__etcd_watch_line(const char *p, size_t len, bt__watch_line_t *l) {
+  cJSON *r, *why, *ev;
+  memset(l, 0, sizeof(*l));
+  l->cancel_reason = "";
+  if (!(l->json = cJSON_ParseWithLength(p, len))) return BT_EPROTO;
+  r = cJSON_GetObjectItemCaseSensitive(l->json, "result");
+  if (!cJSON_IsObject(r)) goto bad;
+  l->revision = line_rev(cJSON_GetObjectItemCaseSensitive(r, "header"),
+                         "revision");
+  l->compact_revision = line_rev(r, "compact_revision");
+  l->canceled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled"));
+  l->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"));
+  why = cJSON_GetObjectItemCaseSensitive(r, "cancel_reason");
+  if (cJSON_IsString(why)) l->cancel_reason = why->valuestring;
+  ev = cJSON_GetObjectItemCaseSensitive(r, "events");
+  if (cJSON_IsArray(ev) && cJSON_GetArraySize(ev) > 0) {
+    cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
+    l->events = ev;
+    l->last_mod = line_rev(cJSON_GetObjectItemCaseSensitive(last, "kv"),
+                           "mod_revision");
+  }
+  if (l->revision < 0 || l->compact_revision < 0 || l->last_mod < 0) goto bad;
+  return 0;
+bad:
+  cJSON_Delete(l->json);
+  l->json = NULL;
+  return BT_EPROTO;
+}
+
 /* Handles one response line of the stream. Returns non-zero when the stream
  * must be dropped (and the watch retried or stopped). */
 static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
-  cJSON *j = cJSON_ParseWithLength(p, len), *r, *ev;
-  int64_t rev = 0, compact = 0;
+  bt__watch_line_t l;
   int ret = 0;
 
-  if (!j) return 1;
-  r = cJSON_GetObjectItemCaseSensitive(j, "result");
-  if (!cJSON_IsObject(r)) { /* {"error":...}: the server is going away */
-    cJSON_Delete(j);
-    return 1;
-  }
-  bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(r, "header"), "revision", &rev);
-  bt_etcd_int64(r, "compact_revision", &compact);
-  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled"))) {
-    cJSON *why = cJSON_GetObjectItemCaseSensitive(r, "cancel_reason");
-    const char *reason = cJSON_IsString(why) ? why->valuestring : "";
+  if (bt__etcd_watch_line(p, len, &l)) return 1;
+  if (l.canceled) {
+    const char *reason = l.cancel_reason;
     char msg[ERRLEN];
-    if (compact > 0) {
+    if (l.compact_revision > 0) {
       snprintf(msg, sizeof(msg), "etcd %s: watch from revision %lld: required "
                "revision has been compacted (compact revision %lld)",
-               w->c->eps[w->ep], (long long) w->next_rev, (long long) compact);
-      watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL, compact, msg);
+               w->c->eps[w->ep], (long long) w->next_rev,
+               (long long) l.compact_revision);
+      watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL,
+                    l.compact_revision, msg);
       watch_stop(w);
     } else if (contains(reason, "Unauthenticated") || contains(reason, "auth")) {
       if (w->c->user && !w->reauthed) {
@@ -637,33 +673,29 @@ static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
     } else {
       ret = 1;
     }
-    cJSON_Delete(j);
+    cJSON_Delete(l.json);
     return ret;
   }
-  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"))) {
+  if (l.created) {
     w->connects++;
     w->failures = 0;
     w->reauthed = 0;
-    if (w->next_rev == 0) w->next_rev = rev + 1;
+    if (w->next_rev == 0) w->next_rev = l.revision + 1;
     if (!w->created) {
       w->created = 1;
-      w->created_rev = rev;
+      w->created_rev = l.revision;
       watch_deliver(w, BT_WATCH_CREATED, 0, NULL, w->next_rev - 1, NULL);
     }
   }
-  ev = cJSON_GetObjectItemCaseSensitive(r, "events");
-  if (cJSON_IsArray(ev) && cJSON_GetArraySize(ev) > 0) {
-    cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
-    int64_t mod = 0;
-    bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(last, "kv"), "mod_revision", &mod);
-    if (mod >= w->next_rev) w->next_rev = mod + 1;
+  if (l.events) {
+    if (l.last_mod >= w->next_rev) w->next_rev = l.last_mod + 1;
     if (!w->stopping)
-      watch_deliver(w, BT_WATCH_EVENTS, 0, ev, rev, NULL);
-  } else if (rev >= w->next_rev && w->created) {
+      watch_deliver(w, BT_WATCH_EVENTS, 0, l.events, l.revision, NULL);
+  } else if (l.revision >= w->next_rev && w->created) {
     /* A progress notification: every event up to rev has been sent. */
-    w->next_rev = rev + 1;
+    w->next_rev = l.revision + 1;
   }
-  cJSON_Delete(j);
+  cJSON_Delete(l.json);
   return ret;
 }
 

@@ -25,6 +25,10 @@
  * A request is freed in that timer's close callback; a connection when its
  * TCP handle and any name lookup are done; the client when nothing of it is
  * open any more.
+ *
+ * The bytes of a response are parsed by http_parse.c, which knows nothing
+ * of sockets (so it can be fuzzed): conn_parse feeds it each read and acts
+ * on the events it returns.
  */
 #include "http_int.h"
 #include "b64.h"
@@ -39,7 +43,6 @@
 #include <strings.h>
 
 #define MAX_BODY BT_HTTP_MAX_BODY
-#define MAX_HEAD (256u << 10)    /* a response's header block, or one line */
 #define MAX_CONNS 256            /* per host; more requests wait */
 #define MAX_IDLE 32              /* idle connections kept per host */
 #define MAX_ADDRS 8              /* addresses tried per connection */
@@ -76,9 +79,6 @@ struct host_s {
   char name[];             /* without [] for IPv6 */
 };
 
-enum { P_STATUS, P_HEADER, P_BODY_LEN, P_BODY_EOF, P_CHUNK_SIZE, P_CHUNK_DATA,
-       P_CHUNK_END, P_TRAILER };
-
 struct conn_s {
   uv_tcp_t tcp;
   uv_connect_t creq;
@@ -94,11 +94,9 @@ struct conn_s {
   struct sockaddr_storage addrs[MAX_ADDRS];
   uint64_t t_connect;
   /* the response being read */
-  int st, keep, chunked, stream_ok;
-  int64_t clen;
-  uint64_t left;
+  bt__http_parser_t ps;
+  int stream_ok;           /* its body goes to on_data */
   size_t got;              /* response bytes seen, this request */
-  buf_t line;              /* a line split across reads */
 };
 
 struct hreq_s {
@@ -130,23 +128,6 @@ static void on_req_timer(uv_timer_t *t);
 static void conn_close(conn_t *c);
 static void conn_send(conn_t *c);
 static void conn_connect_next(conn_t *c);
-
-int bt__buf_add(buf_t *b, const char *p, size_t n, size_t max) {
-  if (b->len + n > max) return -1;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    char *np;
-    while (cap < b->len + n + 1) cap *= 2;
-    np = realloc(b->p, cap);
-    if (!np) return -1;
-    b->p = np;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, p, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-  return 0;
-}
 
 static void buf_free(buf_t *b) {
   free(b->p);
@@ -308,7 +289,7 @@ static void req_retry(hreq_t *req) {
 
 static void conn_unref(conn_t *c) {
   if (--c->refs == 0) {
-    buf_free(&c->line);
+    bt__http_parser_free(&c->ps);
     free(c);
   }
 }
@@ -401,7 +382,7 @@ static void conn_complete(conn_t *c, size_t extra) {
   req->conn = NULL;
   /* An answer that came before the whole request was written (a 413, say)
    * leaves the write behind: the connection cannot carry another. */
-  if (c->keep && !extra && !c->writing && !c->host->h->closing)
+  if (c->ps.keep && !extra && !c->writing && !c->host->h->closing)
     conn_release(c);
   else conn_close(c);
   req_finish(req, 0);
@@ -420,7 +401,7 @@ static void conn_lost(conn_t *c, int err) {
     conn_close(c);
     return;
   }
-  if (err == UV_EOF && c->st == P_BODY_EOF) {
+  if (err == UV_EOF && bt__http_parser_eof_ends(&c->ps)) {
     conn_complete(c, 0);
     return;
   }
@@ -435,12 +416,6 @@ static void conn_lost(conn_t *c, int err) {
   else
     req_fail(req, err == UV_EPIPE ? BT_ECONNRESET : err, "%s",
              uv_strerror(err));
-}
-
-static int proto_error(conn_t *c, const char *what) {
-  hreq_t *req = c->req;
-  req_fail(req, BT_EPROTO, "%s", what);
-  return -1;
 }
 
 /* Hands n body bytes to req: to on_data for a 2xx stream, else to the
@@ -466,202 +441,45 @@ static int deliver(conn_t *c, const char *p, size_t n) {
   return 0;
 }
 
-static int token_in(const char *v, size_t n, const char *tok) {
-  size_t tl = strlen(tok), i = 0;
-  while (i < n) {
-    size_t s, e;
-    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
-    s = i;
-    while (i < n && v[i] != ',') i++;
-    e = i;
-    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
-    if (e - s == tl && strncasecmp(v + s, tok, tl) == 0) return 1;
-  }
-  return 0;
-}
-
-/* The end of the header block: decides how the body is framed. Returns 1
- * when the response is complete already, 0 to read on, -1 when req ended. */
-static int headers_done(conn_t *c) {
+/* The final header block of c's response ended: the body goes to on_data
+ * (a 2xx answer to a stream) or to the buffer, which has a size limit.
+ * Returns -1 when req ended. */
+static int head_done(conn_t *c) {
   hreq_t *req = c->req;
-  long st = req->status;
-
-  if (st >= 100 && st < 200) {
-    if (st == 101) return proto_error(c, "unexpected 101 Switching Protocols");
-    req->head.len = 0;       /* an interim answer: the real one follows */
-    c->st = P_STATUS;
-    c->chunked = 0;
-    c->clen = -1;
-    return 0;
-  }
+  long st = c->ps.status;
   c->stream_ok = req->on_data && st >= 200 && st < 300;
-  if (bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
-    return proto_error(c, "header block too large");
-  if (req->head_only || st == 204 || st == 304) return 1;
-  if (c->chunked) {
-    c->st = P_CHUNK_SIZE;
-    return 0;
+  if (!c->stream_ok && c->ps.framing == BT__HTTP_LENGTH &&
+      (uint64_t) c->ps.clen > MAX_BODY) {
+    req_fail(req, BT_ETOOLARGE, "response body of %lld bytes",
+             (long long) c->ps.clen);
+    return -1;
   }
-  if (c->clen >= 0) {
-    if (!c->stream_ok && (uint64_t) c->clen > MAX_BODY) {
-      req_fail(req, BT_ETOOLARGE, "response body of %lld bytes",
-               (long long) c->clen);
-      return -1;
-    }
-    if (c->clen == 0) return 1;
-    c->left = (uint64_t) c->clen;
-    c->st = P_BODY_LEN;
-    return 0;
-  }
-  c->keep = 0;               /* the body ends when the peer closes */
-  c->st = P_BODY_EOF;
   return 0;
-}
-
-/* One line of the status, header, chunk-size or trailer sections, without
- * its line ending. Returns as headers_done. */
-static int on_line(conn_t *c, const char *l, size_t n) {
-  hreq_t *req = c->req;
-
-  switch (c->st) {
-  case P_STATUS: {
-    int i;
-    long st = 0;
-    if (n < 12 || memcmp(l, "HTTP/1.", 7) || !isdigit((unsigned char) l[7]) ||
-        l[8] != ' ')
-      return proto_error(c, "bad status line");
-    for (i = 9; i < 12; i++) {
-      if (!isdigit((unsigned char) l[i])) return proto_error(c, "bad status");
-      st = st * 10 + (l[i] - '0');
-    }
-    if (n > 12 && l[12] != ' ') return proto_error(c, "bad status");
-    c->keep = l[7] >= '1';     /* HTTP/1.0 closes unless it says keep-alive */
-    req->status = st;
-    if (bt__buf_add(&req->head, l, n, MAX_HEAD) ||
-        bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
-      return proto_error(c, "header block too large");
-    c->st = P_HEADER;
-    return 0;
-  }
-  case P_HEADER: {
-    const char *colon, *v, *ve;
-    size_t nl;
-    if (n == 0) return headers_done(c);
-    if (bt__buf_add(&req->head, l, n, MAX_HEAD) ||
-        bt__buf_add(&req->head, "\r\n", 2, MAX_HEAD))
-      return proto_error(c, "header block too large");
-    colon = memchr(l, ':', n);
-    if (!colon) return 0;    /* not ours to judge: kept as is */
-    nl = (size_t) (colon - l);
-    v = colon + 1;
-    ve = l + n;
-    while (v < ve && (*v == ' ' || *v == '\t')) v++;
-    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
-    if (nl == 14 && strncasecmp(l, "Content-Length", 14) == 0) {
-      int64_t len = 0;
-      const char *p;
-      if (v == ve) return proto_error(c, "empty Content-Length");
-      for (p = v; p < ve; p++) {
-        if (!isdigit((unsigned char) *p) || len > (INT64_MAX - 9) / 10)
-          return proto_error(c, "bad Content-Length");
-        len = len * 10 + (*p - '0');
-      }
-      if (c->clen >= 0 && c->clen != len)
-        return proto_error(c, "conflicting Content-Length");
-      c->clen = len;
-    } else if (nl == 17 && strncasecmp(l, "Transfer-Encoding", 17) == 0) {
-      c->chunked = token_in(v, (size_t) (ve - v), "chunked");
-      if (!c->chunked) return proto_error(c, "unsupported Transfer-Encoding");
-    } else if (nl == 10 && strncasecmp(l, "Connection", 10) == 0) {
-      if (token_in(v, (size_t) (ve - v), "close")) c->keep = 0;
-      else if (token_in(v, (size_t) (ve - v), "keep-alive")) c->keep = 1;
-    }
-    return 0;
-  }
-  case P_CHUNK_SIZE: {
-    uint64_t size = 0;
-    size_t i = 0;
-    while (i < n && isxdigit((unsigned char) l[i])) {
-      int d = isdigit((unsigned char) l[i]) ? l[i] - '0'
-                                             : (tolower((unsigned char) l[i]) - 'a' + 10);
-      if (size > (UINT64_MAX >> 4)) return proto_error(c, "chunk too large");
-      size = size * 16 + (uint64_t) d;
-      i++;
-    }
-    if (i == 0) return proto_error(c, "bad chunk size");
-    while (i < n && (l[i] == ' ' || l[i] == '\t')) i++;
-    if (i < n && l[i] != ';') return proto_error(c, "bad chunk size");
-    if (size == 0) {
-      c->st = P_TRAILER;
-      return 0;
-    }
-    c->left = size;
-    c->st = P_CHUNK_DATA;
-    return 0;
-  }
-  case P_CHUNK_END:
-    if (n) return proto_error(c, "chunk not followed by CRLF");
-    c->st = P_CHUNK_SIZE;
-    return 0;
-  case P_TRAILER:
-    return n == 0 ? 1 : 0;
-  }
-  return proto_error(c, "parser state");
 }
 
 /* Feeds n bytes read on c to the parser of its request's response. */
 static void conn_parse(conn_t *c, const char *p, size_t n) {
-  while (n > 0 && c->req) {
-    int r = 0;
-    size_t take;
-    switch (c->st) {
-    case P_BODY_LEN:
-    case P_CHUNK_DATA:
-      take = n < c->left ? n : (size_t) c->left;
-      if (deliver(c, p, take)) return;
-      p += take;
-      n -= take;
-      c->left -= take;
-      if (c->left == 0) {
-        if (c->st == P_CHUNK_DATA) c->st = P_CHUNK_END;
-        else r = 1;
-      }
-      break;
-    case P_BODY_EOF:
-      deliver(c, p, n);
+  while (c->req) {
+    const char *body;
+    size_t used, blen;
+    int ev = bt__http_parse(&c->ps, p, n, &used, &body, &blen);
+    c->req->status = c->ps.status;
+    p += used;
+    n -= used;
+    switch (ev) {
+    case BT__HTTP_MORE:
       return;
-    default: {
-      const char *nl = memchr(p, '\n', n);
-      const char *l;
-      size_t ln;
-      if (!nl) {
-        if (bt__buf_add(&c->line, p, n, MAX_HEAD))
-          proto_error(c, "line too long");
-        return;
-      }
-      take = (size_t) (nl - p) + 1;
-      if (c->line.len) {
-        if (bt__buf_add(&c->line, p, take, MAX_HEAD)) {
-          proto_error(c, "line too long");
-          return;
-        }
-        l = c->line.p;
-        ln = c->line.len;
-      } else {
-        l = p;
-        ln = take;
-      }
-      p += take;
-      n -= take;
-      ln--;                                  /* the \n */
-      if (ln && l[ln - 1] == '\r') ln--;
-      r = on_line(c, l, ln);
-      c->line.len = 0;
-      if (r < 0) return;
-    }
-    }
-    if (r == 1) {
+    case BT__HTTP_HEAD:
+      if (head_done(c)) return;
+      break;
+    case BT__HTTP_BODY:
+      if (deliver(c, body, blen)) return;
+      break;
+    case BT__HTTP_DONE:
       conn_complete(c, n);
+      return;
+    default:
+      req_fail(c->req, BT_EPROTO, "%s", c->ps.error);
       return;
     }
   }
@@ -695,15 +513,9 @@ static void conn_send(conn_t *c) {
   uv_buf_t b = uv_buf_init(req->out, (unsigned) req->outlen);
   int n;
 
-  c->st = P_STATUS;
-  c->keep = 1;
-  c->chunked = 0;
-  c->clen = -1;
-  c->left = 0;
+  bt__http_parser_reset(&c->ps, &req->head, req->head_only);
   c->got = 0;
-  c->line.len = 0;
   req->status = 0;
-  req->head.len = 0;
   req->body.len = 0;
   req->last_rx = uv_now(c->host->h->loop);
   req_arm(req);

@@ -97,6 +97,26 @@ static const struct {
   { "5-2 * * * *", "invalid cron expression \"5-2 * * * *\": field 1 "
                    "(minute) at column 1: range 5-2 runs backwards (write it "
                    "as two ranges)" },
+  /* Sunday ends a range as 7 or SUN, never as a written 0 */
+  { "0 0 * * 5-0", "invalid cron expression \"0 0 * * 5-0\": field 5 "
+                   "(day-of-week) at column 9: range 5-0 runs backwards "
+                   "(Sunday at the end of a range is 7: write 5-7)" },
+  { "0 0 * * 5-0/2", "invalid cron expression \"0 0 * * 5-0/2\": field 5 "
+                     "(day-of-week) at column 9: range 5-0 runs backwards "
+                     "(Sunday at the end of a range is 7: write 5-7)" },
+  { "0 0 * * MON,FRI-0", "invalid cron expression \"0 0 * * MON,FRI-0\": "
+                         "field 5 (day-of-week) at column 13: range FRI-0 "
+                         "runs backwards (Sunday at the end of a range is "
+                         "7: write FRI-7)" },
+  { "0 0 * * 7-0", "invalid cron expression \"0 0 * * 7-0\": field 5 "
+                   "(day-of-week) at column 9: range 7-0 runs backwards "
+                   "(Sunday at the end of a range is 7: write 7-7)" },
+  { "0 0 * * SAT-MON", "invalid cron expression \"0 0 * * SAT-MON\": field "
+                       "5 (day-of-week) at column 9: range SAT-MON runs "
+                       "backwards (write it as two ranges)" },
+  { "0 0 * * 7-SAT", "invalid cron expression \"0 0 * * 7-SAT\": field 5 "
+                     "(day-of-week) at column 9: range 7-SAT runs backwards "
+                     "(write it as two ranges)" },
   { "0 0 * FOO *", "invalid cron expression \"0 0 * FOO *\": field 4 "
                    "(month) at column 7: unknown month name \"FOO\" (use "
                    "JAN-DEC or 1-12)" },
@@ -248,6 +268,11 @@ static const case_t cases[] = {
   { "0 0 * * FRI-SUN", "UTC", "2026-01-01T00:00:00Z",
     { "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z", "2026-01-04T00:00:00Z",
       "2026-01-09T00:00:00Z" } },
+  { "0 0 * * SUN-SUN", "UTC", "2026-01-01T00:00:00Z", /* Sunday alone */
+    { "2026-01-04T00:00:00Z", "2026-01-11T00:00:00Z" } },
+  { "0 0 * * MON-SUN/2", "UTC", "2026-01-01T00:00:00Z", /* Mon Wed Fri Sun */
+    { "2026-01-02T00:00:00Z", "2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z",
+      "2026-01-07T00:00:00Z" } },
   { "0 0 * * 1-7/2", "UTC", "2026-01-01T00:00:00Z", /* Mon Wed Fri Sun */
     { "2026-01-02T00:00:00Z", "2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z",
       "2026-01-07T00:00:00Z" } },
@@ -482,6 +507,38 @@ static void test_edges(void) {
        c.dow == 0x07, "names in any case");
 }
 
+/* ---- day-of-week ranges with Sunday ------------------------------------ */
+
+/* Sunday is 0 and 7. The name SUN ending a range that starts on Monday or
+ * later is 7; everywhere else SUN is 0, and a written number is itself.
+ * Bits: 0 Sunday .. 6 Saturday. */
+static const struct {
+  const char *dow;
+  unsigned mask;
+} dow_ranges[] = {
+  { "FRI-SUN", 0x61 },   { "fri-sun", 0x61 },   { "5-SUN", 0x61 },
+  { "5-7", 0x61 },       { "MON-SUN", 0x7f },   { "SAT-SUN", 0x41 },
+  { "7-SUN", 0x01 },     { "SUN-SUN", 0x01 },   { "0-SUN", 0x01 },
+  { "SUN-0", 0x01 },     { "0-0", 0x01 },       { "7-7", 0x01 },
+  { "0-7", 0x7f },       { "SUN-7", 0x7f },     { "SUN-SAT", 0x7f },
+  { "SUN-SUN/2", 0x01 }, { "0-SUN/3", 0x01 },   { "0-7/3", 0x49 },
+  { "MON-SUN/2", 0x2b }, { "FRI-SUN/2", 0x21 }, { "SUN,FRI-SUN", 0x61 },
+  { "SUN/2", 0x55 },     { "0/3", 0x49 },
+};
+
+static void test_dow_ranges(void) {
+  for (size_t i = 0; i < sizeof dow_ranges / sizeof dow_ranges[0]; i++) {
+    char expr[64], err[256];
+    bt_cron_t c;
+    snprintf(expr, sizeof expr, "0 0 * * %s", dow_ranges[i].dow);
+    int rc = bt_cron_parse(&c, expr, err, sizeof err);
+    ok(rc == 0 && c.dow == dow_ranges[i].mask, "day-of-week %-10s is 0x%02x",
+       dow_ranges[i].dow, dow_ranges[i].mask);
+    if (rc) diag("%s", err);
+    else if (c.dow != dow_ranges[i].mask) diag("got 0x%02x", c.dow);
+  }
+}
+
 /* ---- 3. brute force ---------------------------------------------------- */
 
 /* Independent day rule, one date at a time. */
@@ -698,6 +755,7 @@ int main(void) {
   test_errors();
   test_cases();
   test_edges();
+  test_dow_ranges();
   test_tz();
   test_brute();
   bt_tz_cache_free();

@@ -1,9 +1,10 @@
 /* Unit tests of the C core's pure parts: base64, int64 fields, the error
- * table, endpoint lists and the mapping of etcd's error bodies. */
+ * table, endpoint lists, the mapping of etcd's error bodies and the watch
+ * stream's line parser. */
 #include "tap.h"
 #include "b64.h"
 #include "err.h"
-#include "etcd.h"
+#include "etcd_int.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,6 +58,67 @@ static void test_int64(void) {
   is_int(bt_etcd_int64(j, "empty", &v), BT_EPROTO, "empty string is EPROTO");
   is_int(bt_etcd_int64(j, "obj", &v), BT_EPROTO, "an object is EPROTO");
   cJSON_Delete(j);
+  /* beyond int64: strtoll saturates and a double cast is undefined */
+  j = cJSON_Parse("{\"max\":\"9223372036854775807\","
+                  "\"over\":\"9223372036854775808\","
+                  "\"under\":\"-9223372036854775809\",\"big\":1e300,"
+                  "\"inf\":1e999,\"low\":-1e19,\"edge\":9223372036854775807}");
+  is_int(bt_etcd_int64(j, "max", &v), 0, "INT64_MAX as a string parses");
+  ok(v == INT64_MAX, "value INT64_MAX");
+  is_int(bt_etcd_int64(j, "over", &v), BT_EPROTO, "a string above INT64_MAX is EPROTO");
+  is_int(v, 0, "and reads as 0");
+  is_int(bt_etcd_int64(j, "under", &v), BT_EPROTO, "a string below INT64_MIN is EPROTO");
+  is_int(bt_etcd_int64(j, "big", &v), BT_EPROTO, "a number above int64 is EPROTO");
+  is_int(bt_etcd_int64(j, "inf", &v), BT_EPROTO, "an infinite number is EPROTO");
+  is_int(bt_etcd_int64(j, "low", &v), BT_EPROTO, "a number below int64 is EPROTO");
+  is_int(bt_etcd_int64(j, "edge", &v), BT_EPROTO, "2^63 (what 9223372036854775807 reads as) is EPROTO");
+  cJSON_Delete(j);
+}
+
+/* Parses s into *l, freeing the line parsed before (cancel_reason and
+ * events point into it). */
+static int watch_line(const char *s, bt__watch_line_t *l) {
+  cJSON_Delete(l->json);
+  return bt__etcd_watch_line(s, strlen(s), l);
+}
+
+static void test_watch_line(void) {
+  bt__watch_line_t l = { 0 };
+  is_int(watch_line("{\"result\":{\"header\":{\"cluster_id\":\"14841639068965178418\","
+                    "\"member_id\":\"10276657743932975437\",\"revision\":\"12\","
+                    "\"raft_term\":\"2\"},\"created\":true}}", &l), 0, "created line");
+  ok(l.created && !l.canceled && l.revision == 12 && !l.events, "created at revision 12, no events");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"14\"},\"events\":["
+                    "{\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"13\"}},"
+                    "{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\",\"mod_revision\":\"14\"}}]}}",
+                    &l), 0, "events line");
+  ok(l.events && l.last_mod == 14 && l.revision == 14, "events, last mod_revision 14");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"20\"},\"events\":[]}}", &l), 0,
+         "empty events");
+  ok(!l.events && l.revision == 20, "an empty events array is a progress notification");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"30\"},\"canceled\":true,"
+                    "\"compact_revision\":\"25\"}}", &l), 0, "compacted line");
+  ok(l.canceled && l.compact_revision == 25 && !strcmp(l.cancel_reason, ""), "canceled, compact 25");
+  is_int(watch_line("{\"result\":{\"canceled\":true,\"cancel_reason\":"
+                    "\"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token\"}}",
+                    &l), 0, "auth cancel line");
+  ok(strstr(l.cancel_reason, "Unauthenticated") != NULL, "with its reason");
+  is_int(watch_line("{\"error\":{\"grpc_code\":14,\"message\":\"transport is closing\"}}", &l),
+         BT_EPROTO, "an error line drops the stream");
+  is_int(watch_line("{\"result\":", &l), BT_EPROTO, "truncated JSON drops the stream");
+  is_int(watch_line("{\"result\":[]}", &l), BT_EPROTO, "a result that is not an object");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"x\"},\"created\":true}}", &l), 0,
+         "a malformed revision string");
+  is_int(l.revision, 0, "reads as 0, as before");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"9223372036854775807\"},"
+                    "\"created\":true}}", &l), BT_EPROTO,
+         "revision INT64_MAX drops the stream (next revision would overflow)");
+  is_int(watch_line("{\"result\":{\"events\":[{\"kv\":{\"mod_revision\":"
+                    "\"9223372036854775807\"}}]}}", &l), BT_EPROTO,
+         "mod_revision INT64_MAX drops the stream");
+  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"-3\"}}}", &l), BT_EPROTO,
+         "a negative revision drops the stream");
+  cJSON_Delete(l.json);
 }
 
 static void test_errors(void) {
@@ -129,6 +191,13 @@ static void test_map_error(void) {
   is_int(bt_etcd_map_error(502, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "non-JSON body");
   is_str(msg, "http status 502", "status named when the body is not JSON");
   is_int(bt_etcd_map_error(405, NULL, 0, msg, sizeof(msg)), BT_EETCD, "no body");
+  /* found by fuzz/etcd_fuzz.c: an empty text gave an empty message */
+  b = "{\"error\":\"\",\"code\":5}";
+  is_int(bt_etcd_map_error(404, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "empty error text");
+  is_str(msg, "unexpected http status", "says something rather than nothing");
+  b = "{\"error\":{\"message\":\"\",\"grpc_code\":14}}";
+  is_int(bt_etcd_map_error(200, b, strlen(b), msg, sizeof(msg)), BT_EUNAVAIL, "empty stream error text");
+  is_str(msg, "unexpected http status", "a stream's empty error line says something too");
 }
 
 int main(void) {
@@ -137,5 +206,6 @@ int main(void) {
   test_errors();
   test_endpoints();
   test_map_error();
+  test_watch_line();
   return tap_done();
 }

@@ -64,6 +64,16 @@ T.is(err, 'baton: invalid cron expression "0 25 * * *": field 2 (hour) at column
      "invalid expression: the documented message")
 T.is(code, 1, "invalid expression: exit 1")
 T.is(out, "", "nothing on stdout")
+out, err, code = run("cron", "0 0 * * 5-0")
+T.is(err, 'baton: invalid cron expression "0 0 * * 5-0": field 5 (day-of-week) at column 9: range 5-0 runs '
+       .. "backwards (Sunday at the end of a range is 7: write 5-7)\n",
+     "day-of-week range ending at 0: one line pointing at the range")
+T.ok(code == 1 and out == "", "day-of-week range ending at 0: exit 1, nothing on stdout")
+out, err, code = run("cron", "0 0 * * FRI-SUN", "--from", "2026-01-01T00:00:00Z", "-n", "4")
+T.is(out, "2026-01-02T00:00:00Z\n2026-01-03T00:00:00Z\n2026-01-04T00:00:00Z\n2026-01-09T00:00:00Z\n",
+     "FRI-SUN is Fri, Sat, Sun")
+out = run("cron", "0 0 * * SUN-SUN", "--from", "2026-01-01T00:00:00Z", "-n", "2")
+T.is(out, "2026-01-04T00:00:00Z\n2026-01-11T00:00:00Z\n", "SUN-SUN is Sunday alone")
 out, err, code = run("cron", "* * * * *", "--tz", "Mars/Olympus")
 T.is(err, 'baton: unknown time zone "Mars/Olympus"\n', "unknown zone message")
 T.is(code, 1, "unknown zone: exit 1")

@@ -81,6 +81,13 @@ do
   out, _, code2 = run("check", write("pol.lua", "return { claim_delay = function() return 0 end }"))
   T.is(code2, 0, "check: a policy file exits 0")
   T.like(out, "^ok: policy pol %(claim_delay%)\n", "check: a policy is checked as a policy")
+  local sun = write("sunday.lua", 'return { schedule = "0 0 * * 5-0", run = function() end }')
+  out, err2, code2 = run("check", sun)
+  T.is(code2, 1, "check: a day-of-week range ending at 0 exits 1")
+  T.is(out, "", "check: a backwards range prints nothing on stdout")
+  T.is(err2, "baton: check " .. sun .. [[: EINVAL: job sunday: field 'schedule': invalid cron expression "0 0 * * 5-0": ]]
+    .. "field 5 (day-of-week) at column 9: range 5-0 runs backwards (Sunday at the end of a range is 7: "
+    .. "write 5-7)\n", "check: one line, pointing at the range")
 end
 
 -- 2. The sample jobs in jobs/ pass baton check.
