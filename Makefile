@@ -28,7 +28,7 @@ CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
 PROVE    ?= prove
 PROVEFLAGS ?=
 
-.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests
+.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests chaos-proxy
 
 all: deps $(BIN)
 
@@ -111,3 +111,17 @@ fuzz: deps build/fuzz/cron_fuzz
 demo: all
 	@BATON_BIN=$(CURDIR)/$(BIN) tools/demo.sh
 # --- end demo ---
+
+# --- chaos ---
+# build/chaos/proxy: the loopback proxy of the nemesis suite (tests/chaos/),
+# which freezes or resets one node's connections to etcd on a signal.
+CHAOS_PROXY := build/chaos/proxy
+
+chaos-proxy: $(CHAOS_PROXY)
+
+$(CHAOS_PROXY): tests/chaos/proxy.c
+	@mkdir -p $(dir $@)
+	@echo "  CC    $@"
+	@$(CC) -std=gnu11 -g $(OPT) $(WARN) $(SAN) $$(pkg-config --cflags libuv) -o $@ $< \
+	  $(LDFLAGS) $$(pkg-config --libs libuv)
+# --- end chaos ---
