@@ -159,7 +159,7 @@ local have_observer = false
 for t in each(D .. "/observer.jsonl") do
   have_observer = true
   if t.type == "put" or t.type == "delete" then
-    t.rev, t.create = t.mod_revision, t.create_revision
+    t.rev, t.create = t.mod_revision or t.rev, t.create_revision or t.create
     local k = t.type .. " " .. t.key .. " " .. t.rev
     local ev = seen[k]
     if not ev then
@@ -183,13 +183,19 @@ for _, t in ipairs(terms) do
   if top and t.term > top then elections[#elections + 1] = t.mono end
   if not top or t.term > top then top = t.term end
 end
+-- The elections seen in [a, b] (a little before a too: the status polls
+-- are 0.5 s apart): their number and the last one.
 local function elections_in(a, b)
-  local n = 0
-  for _, m in ipairs(elections) do if m >= a - 0.5 and m <= b then n = n + 1 end end
-  return n
+  local n, last = 0, nil
+  for _, m in ipairs(elections) do
+    if m >= a - 0.5 and m <= b then n, last = n + 1, m end
+  end
+  return n, last
 end
 
 local marker_made, marker_gone, marker_lease = {}, {}, {} -- [fence] = mono, mono, lease
+local marker_of = {}                                      -- ["job/id#attempt"] = fence
+local markers_by_key = {}                                 -- ["job/id"] = fences, in order
 local ended_by_fence, ended_by_attempt = {}, {}
 local last_record = {}                    -- [key] = value, as last seen
 for _, ev in ipairs(events) do
@@ -197,7 +203,16 @@ for _, ev in ipairs(events) do
   if key:sub(1, 8) == "running/" and ev.create then
     local tab = ev.type == "put" and marker_made or marker_gone
     if not tab[ev.create] or ev.mono < tab[ev.create] then tab[ev.create] = ev.mono end
-    if ev.type == "put" then marker_lease[ev.create] = ev.lease end
+    if ev.type == "put" then
+      marker_lease[ev.create] = ev.lease
+      local list = markers_by_key[key:sub(9)] or {}
+      markers_by_key[key:sub(9)] = list
+      if list[#list] ~= ev.create then list[#list + 1] = ev.create end
+      local ok, v = pcall(json.decode, ev.value or "")
+      if ok and type(v) == "table" and v.attempt then
+        marker_of[key:sub(9) .. "#" .. tostring(v.attempt)] = ev.create
+      end
+    end
   elseif key:sub(1, 5) == "runs/" and ev.type == "put" and ev.value then
     local ok, rec = pcall(json.decode, ev.value)
     if ok and type(rec) == "table" then
@@ -370,7 +385,10 @@ for _, E in ipairs(ex_list) do
   if need then
     for k, v in pairs(need) do
       if (node_labels[E.node] or {})[k] ~= v then
-        violation("labels", "%s executed %s (needs %s=%s) at %+.2f s", E.node, E.key, k, v, rel(E.begin))
+        local inst = epoch_of(E.id)
+        violation("labels", "%s executed %s (needs %s=%s), attempt %d, at %+.2f s%s", E.node, E.key,
+                  k, v, E.attempt, rel(E.begin),
+                  inst and fmt(", %.1f s after its instant", real(E.begin) - inst) or "")
         break
       end
     end
@@ -401,7 +419,10 @@ local function check_run(key, j, what)
   local rec = records[key]
   local list = ex_by_key[key]
   if not rec and not list then
-    violation("miss", "%s %s: no execution and no record", what, key)
+    local whole = key:match("^(.+)/%d+$")
+    local other = whole and records[whole]
+    violation("miss", "%s %s: no execution and no record%s", what, key, other
+      and fmt(" (there is one for the whole instant, %s: %s)", whole, tostring(other.state)) or "")
     return
   end
   if rec then
@@ -538,33 +559,47 @@ local function cause_of(node, from, to)
   return best
 end
 
+-- A lost attempt: its claim (the marker of that attempt, from the observer)
+-- was made at `made` and went at `gone` (the lease expired). Its cause is
+-- the latest fault on its node from shortly before the claim until `gone`,
+-- else the latest etcd fault then. The next attempt must start within
+-- TTL + 1 s of that fault or, when etcd elected a leader meanwhile (a new
+-- leader gives every lease its full TTL again, plus the election timeout),
+-- within TTL + election timeout + 1 s of the last election.
+local unexplained = 0
 for key, rec in pairs(records) do
   for _, a in ipairs(rec.attempts or {}) do
     if a.state == "lost" then
       local Ea, En = exec_of(key, a.attempt), exec_of(key, a.attempt + 1)
-      local from = Ea and Ea.begin - TTL - 2 or W0 - 30
-      local to = (Ea and Ea.gone) or (En and En.begin) or meta["end"]
-      local f = cause_of(a.node, from, to)
+      -- (each attempt is claimed with a new marker: the n-th is attempt n)
+      local F = Ea and Ea.fence or marker_of[key .. "#" .. tostring(a.attempt)]
+        or (markers_by_key[key] or {})[a.attempt]
+      local made = F and marker_made[F] or (Ea and Ea.begin)
+      local gone = F and marker_gone[F] or (Ea and Ea.gone)
+      local f = made and cause_of(a.node, made - TTL - 2, gone or (En and En.begin) or meta["end"])
       if not f then
-        note("lost attempts without a fault to explain them")
-        if not log_notes._shown then
-          log_notes._shown = true
-          log_notes["example of a loss without a fault: " .. key .. " attempt " .. a.attempt] = 1
+        unexplained = unexplained + 1
+        if unexplained == 1 then
+          log_notes["a loss without a fault: " .. key .. " attempt " .. a.attempt .. " on " ..
+                    tostring(a.node)] = 1
         end
       end
-      local t0 = f and f.mono or (Ea and Ea.gone)
+      local t0 = f and f.mono or gone
       if En and t0 then
         local d = En.begin - t0
-        local nel = elections_in(t0, En.begin)
-        local limit = TTL + 1 + nel * (TTL + meta.election_timeout)
+        local nel, last_el = elections_in(t0, En.begin)
+        local limit = TTL + 1
+        if last_el then limit = math.max(limit, last_el - t0 + TTL + meta.election_timeout + 1) end
         failovers[#failovers + 1] = d
         if d > limit then
           local claimed = marker_made[En.fence]
-          violation("failover", "%s attempt %d on %s lost (%s at %+.2f s); attempt %d claimed %s, "
+          violation("failover", "%s attempt %d on %s lost (%s at %+.2f s%s); attempt %d claimed %s, "
             .. "started %.2f s later on %s (limit %.1f s%s)", key, a.attempt, tostring(a.node),
             f and (f.kind .. (f.node and (" " .. f.node) or (" member " .. tostring(f.member)))) or "no fault",
-            rel(t0), a.attempt + 1, claimed and fmt("%.2f s later", claimed - t0) or "(not seen)",
-            d, En.node, limit, nel > 0 and fmt(", %d election%s", nel, nel > 1 and "s" or "") or "")
+            rel(t0), Ea and "" or ", it never executed", a.attempt + 1,
+            claimed and fmt("%.2f s later", claimed - t0) or "(not seen)", d, En.node, limit,
+            nel > 0 and fmt(", %d election%s, the last %.1f s after the fault", nel,
+                            nel > 1 and "s" or "", last_el - t0) or "")
         end
       elseif not En and rec.state ~= "abandoned" then
         local fire = epoch_of(key:match("/(.+)$") or "")
@@ -576,6 +611,7 @@ for key, rec in pairs(records) do
     end
   end
 end
+if unexplained > 0 then note("lost attempts with no fault on their node or etcd to explain them", unexplained) end
 
 ---------------------------------------------------------------------------
 -- the table

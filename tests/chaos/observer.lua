@@ -6,8 +6,9 @@
 --    lease [, value]}
 --       every event under PREFIX (key without the prefix; mod_revision = the
 --       event's revision; create_revision and lease of the key, for a delete
---       those it had, from prev_kv; value for runs/ and queue/ keys). For a
---       running/ marker, create_revision is the attempt's fence. Three watchers, each
+--       those it had, from prev_kv; value for runs/, running/ and queue/
+--       keys). For a running/ marker, create_revision is the attempt's fence
+--       and the value names its node and attempt. Three watchers, each
 --       starting on a different member (w = 1..3), see every event: when a
 --       member is killed or stopped the others still report on time, and the
 --       checker takes the earliest sighting of each (key, rev).
@@ -66,7 +67,8 @@ local function watcher(i)
                            mod_revision = kv.mod_revision,
                            create_revision = src and src.create_revision or nil,
                            lease = src and src.lease ~= "0" and src.lease or nil }
-            if ev.type == "put" and (key:sub(1, 5) == "runs/" or key:sub(1, 6) == "queue/") then
+            if ev.type == "put" and (key:sub(1, 5) == "runs/" or key:sub(1, 6) == "queue/"
+                                     or key:sub(1, 8) == "running/") then
               line.value = kv.value
             end
             emit(line)
