@@ -259,9 +259,15 @@ for t in each(D .. "/faults.jsonl") do
     end
   elseif t.phase == "skipped" then
     fault_skipped[t.kind] = (fault_skipped[t.kind] or 0) + 1
-  elseif t.kind == "node-exit" and not t.expected and (t.age or 0) > 3 then
-    violation("node_exit", "%s (life %d) exited with code %s at %+.1f s, nobody asked it to",
-              t.node, t.life, tostring(t.code), rel(t.mono))
+  elseif t.kind == "node-exit" and not t.expected then
+    -- (a life that never logged "node started" was a refused start)
+    if t.started or (t.started == nil and (t.age or 0) > 3) then
+      violation("node_exit", "%s (life %d) exited with code %s at %+.1f s, nobody asked it to%s",
+                t.node, t.life, tostring(t.code), rel(t.mono),
+                t.last_line and t.last_line ~= "" and (": " .. t.last_line) or "")
+    else
+      note("refused node starts (retried)")
+    end
   end
 end
 
@@ -547,26 +553,31 @@ local failovers = {}
 local function exec_of(key, attempt)
   for _, E in ipairs(ex_by_key[key] or {}) do if E.attempt == attempt then return E end end
 end
+-- The fault behind a loss of node's claim between from and to: the latest
+-- fault on the node that was on at some time in between, else the latest
+-- etcd fault that was.
 local function cause_of(node, from, to)
+  local function on(f) return f.mono <= to and (f.to or f.mono) >= from end
   local best
   for _, f in ipairs(node_faults) do
-    if f.node == node and f.mono >= from and f.mono <= to and (not best or f.mono > best.mono) then best = f end
+    if f.node == node and on(f) and (not best or f.mono > best.mono) then best = f end
   end
   if best then return best end
   for _, f in ipairs(etcd_faults) do
-    if f.mono >= from and f.mono <= to and (not best or f.mono > best.mono) then best = f end
+    if on(f) and (not best or f.mono > best.mono) then best = f end
   end
   return best
 end
 
 -- A lost attempt: its claim (the marker of that attempt, from the observer)
 -- was made at `made` and went at `gone` (the lease expired). Its cause is
--- the latest fault on its node from shortly before the claim until `gone`,
--- else the latest etcd fault then. The next attempt must start within
--- TTL + 1 s of that fault or, when etcd elected a leader meanwhile (a new
+-- the latest fault on its node that was on from shortly before the claim
+-- until `gone`, else the latest etcd fault then. The next attempt must start
+-- within TTL + 1 s of that fault (or of the claim, if it came during the
+-- fault) or, when etcd elected a leader meanwhile (a new
 -- leader gives every lease its full TTL again, plus the election timeout),
 -- within TTL + election timeout + 1 s of the last election.
-local unexplained = 0
+local unexplained, slowest = 0, nil
 for key, rec in pairs(records) do
   for _, a in ipairs(rec.attempts or {}) do
     if a.state == "lost" then
@@ -584,13 +595,18 @@ for key, rec in pairs(records) do
                     tostring(a.node)] = 1
         end
       end
-      local t0 = f and f.mono or gone
+      -- (from the claim, when it was made during the fault)
+      local t0 = f and math.max(f.mono, made) or gone
       if En and t0 then
         local d = En.begin - t0
         local nel, last_el = elections_in(t0, En.begin)
         local limit = TTL + 1
         if last_el then limit = math.max(limit, last_el - t0 + TTL + meta.election_timeout + 1) end
         failovers[#failovers + 1] = d
+        if not slowest or d > slowest.d then
+          slowest = { d = d, key = key, attempt = a.attempt, elections = nel,
+                      cause = f and (f.kind .. " " .. (f.node or ("member " .. tostring(f.member)))) or "no fault" }
+        end
         if d > limit then
           local claimed = marker_made[En.fence]
           violation("failover", "%s attempt %d on %s lost (%s at %+.2f s%s); attempt %d claimed %s, "
@@ -649,6 +665,10 @@ p("  skipped           %s", #sk > 0 and table.concat(sk, "; ") or "none")
 local f50, fmax = pct(failovers, 0.5), pct(failovers, 1)
 p("  failover          %s", f50 and fmt("%d lost attempts re-run: p50 %.2f s, max %.2f s (fault -> next start)",
   #failovers, f50, fmax) or "no lost attempt was re-run")
+if slowest then
+  p("                    slowest: %s attempt %d after %s, %d election%s meanwhile", slowest.key,
+    slowest.attempt, slowest.cause, slowest.elections, slowest.elections == 1 and "" or "s")
+end
 local en = {}
 for _, k in ipairs(sorted_keys(earliest)) do en[#en + 1] = fmt("%s %+.3f s", k, earliest[k].d) end
 p("  earliest start    %s (start - instant, real time)", table.concat(en, ", "))

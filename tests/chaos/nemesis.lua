@@ -227,15 +227,38 @@ end
 local finishing = false
 local bring_up
 
--- Starts a life of node n. A watcher notes when it ends; an exit nobody
--- asked for (after its first seconds, which may be a refused start) is
--- logged as a node exit and the node is started again.
+-- The part of file from byte offset on.
+local function read_from(path, offset)
+  local f = io.open(path)
+  if not f then return "" end
+  f:seek("set", offset)
+  local s = f:read("*a")
+  f:close()
+  return s or ""
+end
+
+local function file_size(path)
+  local f = io.open(path)
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+-- Starts a life of node n. A watcher logs its end: whether it had started
+-- (logged "node started") and its last log line. A life that ends without
+-- anybody asking is started again: after it had started, that is a node
+-- exiting by itself (the checker's violation 9); before, a refused start
+-- (the name still held by a dead life's lease, etcd unreachable at start).
 local function spawn_node(n)
   local argv = { BIN, "--endpoints", n.endpoints, "--prefix", P, "node", "--name", n.name,
                  "--ttl", TTL, "--history", 1000000 }
   if n.labelled then argv[#argv + 1] = "--labels"; argv[#argv + 1] = "role=x" end
-  local p = spawn_logged(argv, D .. "/nodes/" .. n.name .. ".log", node_env(n))
-  n.p, n.pid, n.life, n.alive, n.expect_exit = p, p.pid, n.life + 1, true, false
+  local logfile = D .. "/nodes/" .. n.name .. ".log"
+  local offset = file_size(logfile)
+  local p = spawn_logged(argv, logfile, node_env(n))
+  local life = { p = p }
+  n.p, n.pid, n.life, n.alive, n.expect_exit, n.cur = p, p.pid, n.life + 1, true, false, life
   local born = baton.monotime()
   pidlog("node", n.name, p.pid)
   flog { kind = "node-start", node = n.name, pid = p.pid, life = n.life }
@@ -243,23 +266,34 @@ local function spawn_node(n)
     local r = p:wait()
     if n.p ~= p then return end
     n.alive = false
-    local age = baton.monotime() - born
+    local seg = read_from(logfile, offset)
+    local started = seg:find('"msg":"node started"', 1, true) ~= nil
+    local last = ""
+    for l in seg:gmatch("[^\n]+") do last = l end
     flog { kind = "node-exit", node = n.name, pid = p.pid, life = n.life, code = r.code,
-           signal = r.signal, expected = n.expect_exit or nil, age = age }
-    if not n.expect_exit and age > 3 and not finishing then
-      say("%s exited by itself (code %s); starting it again", n.name, tostring(r.code))
+           signal = r.signal, expected = n.expect_exit or nil, started = started,
+           age = baton.monotime() - born, last_line = last:sub(1, 300) }
+    if not n.expect_exit and not finishing and not life.starting then
+      if started then
+        say("%s exited by itself (code %s); starting it again", n.name, tostring(r.code))
+      end
       baton.go(bring_up, n)
     end
   end)
   return p
 end
 
--- Starts n until a life stays up: a restart within the TTL of a kill finds
--- the name still held by the dead life's lease, and the node refuses it.
+-- Starts n until a life stays up for 2 s: a restart within the TTL of a
+-- kill finds the name still held by the dead life's lease, and the node
+-- refuses it; a start while etcd has no quorum times out.
 function bring_up(n)
-  for _ = 1, 40 do
+  for _ = 1, 60 do
     local p = spawn_node(n)
-    if not p:wait(2) then return true end
+    local life = n.cur
+    life.starting = true
+    local r = p:wait(2)
+    life.starting = false
+    if not r then return true end
     flog { kind = "node-start-refused", node = n.name, life = n.life }
     baton.sleep(1)
   end
