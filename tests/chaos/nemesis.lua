@@ -215,8 +215,14 @@ local function start_proxy(n)
   error("proxy of " .. n.name .. " did not start; see " .. D .. "/proxies/" .. n.name .. ".log")
 end
 
+-- (Under `make asan` baton is built with AddressSanitizer, which refuses to
+-- run when another library is preloaded before it unless told otherwise.)
+local ASAN = (os.getenv("ASAN_OPTIONS") and (os.getenv("ASAN_OPTIONS") .. ":") or "")
+  .. "verify_asan_link_order=0"
+
 local function node_env(n)
   return {
+    ASAN_OPTIONS = ASAN,
     LD_PRELOAD = FT_LIB, FAKETIME_DONT_FAKE_MONOTONIC = "1", FAKETIME_TIMESTAMP_FILE = n.clock,
     FAKETIME_CACHE_DURATION = "1", BATON_LOG_FORMAT = "json",
     CHAOS_EXEC_LOG = D .. "/exec.jsonl", CHAOS_BEAT = ROOT .. "/tests/chaos/beat.lua",
