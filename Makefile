@@ -28,7 +28,7 @@ CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
 PROVE    ?= prove
 PROVEFLAGS ?=
 
-.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests
+.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
 
 all: deps $(BIN)
 
@@ -56,7 +56,7 @@ ctests: $(CTESTS)
 
 # The suite: prove runs tests/c (compiled), tests/lua (bin/baton eval) and
 # tests/cluster (shell), with one etcd started for the run.
-test: all ctests
+test: all ctests chaos-proxy
 	@BATON_BIN=$(CURDIR)/$(BIN) BATON_CTESTS=$(CURDIR)/$(BUILD)/tests \
 	  tests/harness/run-tests $(PROVEFLAGS)
 
@@ -135,3 +135,29 @@ fuzz:
 demo: all
 	@BATON_BIN=$(CURDIR)/$(BIN) tools/demo.sh
 # --- end demo ---
+
+# --- chaos ---
+# make chaos: baton's nemesis suite (tests/chaos/README.md): a 3-member etcd,
+# CHAOS_NODES nodes (default 4), each behind its own loopback proxy and under
+# libfaketime, jobs of every kind, and a seeded schedule of faults for
+# CHAOS_DURATION seconds (default 300); then tests/chaos/check reports every
+# broken guarantee. CHAOS_SEED replays a schedule. A 60-second run is part of
+# `make test` (tests/cluster/chaos.sh).
+CHAOS_PROXY := build/chaos/proxy
+CHAOS_DURATION ?= 300
+CHAOS_SEED ?=
+CHAOS_NODES ?= 4
+
+chaos-proxy: $(CHAOS_PROXY)
+
+$(CHAOS_PROXY): tests/chaos/proxy.c
+	@mkdir -p $(dir $@)
+	@echo "  CC    $@"
+	@$(CC) -std=gnu11 -g $(OPT) $(WARN) $(SAN) $$(pkg-config --cflags libuv) -o $@ $< \
+	  $(LDFLAGS) $$(pkg-config --libs libuv)
+
+chaos: all $(CHAOS_PROXY)
+	@BATON_BIN=$(CURDIR)/$(BIN) CHAOS_PROXY=$(CURDIR)/$(CHAOS_PROXY) \
+	  CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_NODES=$(CHAOS_NODES) \
+	  tests/chaos/run
+# --- end chaos ---
