@@ -333,6 +333,54 @@ U:destroy()
 s:close()
 
 ---------------------------------------------------------------------------
+-- 6. Clocks that step while the nodes run (an NTP step, a date by hand):
+-- r2's own clock jumps 2 s ahead, later the leader r1's jumps 2 s back. No
+-- node may start an instant early meanwhile: a node's own step does not
+-- move its corrected clock, and the mix of samples taken before and after
+-- another clock's step may delay a node, never hurry it.
+local R = nodes.new("clockR")
+local ROUT = R.P .. "out/"
+local files = {}
+local function stepping(name)
+  files[name] = R.dir .. "/" .. name .. ".faketime"
+  local f = assert(io.open(files[name], "w")); f:write("+0\n"); f:close()
+  return ("LD_PRELOAD=%s FAKETIME_TIMESTAMP_FILE=%s FAKETIME_CACHE_DURATION=1 "
+          .. "FAKETIME_DONT_FAKE_MONOTONIC=1"):format(FAKETIME_LIB, files[name])
+end
+local function step(name, to)
+  local f = assert(io.open(files[name], "w")); f:write(to .. "\n"); f:close()
+end
+local rrev = R:put_job("tick", job_source(ROUT))
+R:start("r1", 5, nil, stepping("r1"))
+track(R, "r1")
+T.ok(leader_is(R, "r1"), "r1 leads")
+R:start("r2", 5, nil, stepping("r2"))
+track(R, "r2")
+R:start("r3", 5)
+R:start("r4", 5)
+T.ok(known(R, { "r1", "r2", "r3", "r4" }) and R:loaded("tick", rrev), "four nodes know their clocks")
+local r0 = baton.now()
+step("r2", "+2")
+baton.sleep(8)
+step("r1", "-2")
+baton.sleep(10)
+step("r1", "+0")
+step("r2", "+0")
+baton.sleep(8)
+local rearly, rn = {}, 0
+for fire, st in pairs(starts(R, ROUT)) do
+  if fire > r0 then
+    rn = rn + 1
+    if fire - st.real > 0.1 then
+      rearly[#rearly + 1] = ("%d on %s %.3f s early"):format(fire, st.node, fire - st.real)
+    end
+  end
+end
+T.ok(rn >= 20, "instants ran while clocks stepped (" .. rn .. ")")
+T.is(#rearly, 0, "none started more than 0.1 s early: " .. table.concat(rearly, "; "))
+R:destroy()
+
+---------------------------------------------------------------------------
 -- Bad input.
 local B = nodes.new("clockB")
 local bad = B:cli("node", "--name", "b1", "--max-skew", "soon")

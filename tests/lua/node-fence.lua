@@ -128,4 +128,31 @@ return { schedule = "@manual", timeout = 60,
   c:destroy()
 end
 
+-- 3. A node whose etcd is gone for good loses its session, cannot rejoin
+-- (connection refused, at once, again and again) and still answers: it
+-- stops on SIGTERM. (Its clock measurement once spun on such failures and
+-- froze the node.)
+do
+  local H = require "etcdh"
+  local srv = H.start()
+  local c = N.new("nodefence3", srv.url)
+  c:start("a", TTL)
+  c:start("b", TTL)
+  local rev = c:put_job("tick", [[
+return { schedule = "* * * * * *", concurrency = "allow", run = function(ctx) end }]])
+  T.ok(c:loaded("tick", rev), "job loaded on a private etcd")
+  srv:stop()
+  T.ok(N.wait(15, function()
+    return c:log("a"):find("rejoin failed", 1, true) and c:log("b"):find("rejoin failed", 1, true)
+  end), "both nodes lost their session and fail to rejoin")
+  baton.sleep(3)
+  local t0 = baton.monotime()
+  local ra, rb = c:stop("a"), c:stop("b")
+  T.ok(ra and rb, "both stop on SIGTERM")
+  T.ok(baton.monotime() - t0 < 15, ("within the grace periods (%.1f s)"):format(baton.monotime() - t0))
+  c.e:close()
+  srv:destroy()
+  baton.exec { "rm", "-rf", c.dir }
+end
+
 T.done()

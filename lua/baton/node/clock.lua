@@ -25,7 +25,19 @@
 -- half the difference off: which of the two is wrong cannot be told.
 --
 -- Signs: offset and correction are positive when this node's clock is
--- ahead; self.now() = baton.now() - correction.
+-- ahead of the leader's, of the cluster's.
+--
+-- The corrected clock rides on the monotonic clock: each sample gives the
+-- leader's clock as monotonic time + a base (its wall clock at the sample
+-- minus its offset), so self.now() = baton.monotime() + base, where base
+-- places the median clock. A step of this node's own wall clock (an NTP
+-- step, an operator's date) does not move self.now() at all; it only shows
+-- in the offset this node publishes. What moves self.now() are the other
+-- clocks, and only through new samples: a move back (later) is taken at
+-- once; a move forward (earlier) by more than TOLERANCE only once it has
+-- held for HOLD_FORWARD seconds, because right after another clock steps,
+-- samples taken before and after the step mix for a while, and a node must
+-- never start an instant early on such a mix.
 --
 -- For the conductor (lua/baton/node.lua):
 --   clock.start(self)      after the first join: measures (and answers while
@@ -57,6 +69,9 @@ M.HOLD = 8            -- seconds a known node keeps its correction while some
                       -- PONG_WAIT is enough for them to catch up)
 M.RESOLUTION = 0.001  -- baton.now() has millisecond precision
 M.REPUBLISH = 0.01    -- republish node info when a value moves by more
+M.TOLERANCE = 0.02    -- seconds the corrected clock may move forward at once
+M.HOLD_FORWARD = 2 * M.INTERVAL + M.PONG_WAIT + 1
+                      -- seconds a larger forward move must hold first
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
 
@@ -132,9 +147,12 @@ local function exchange(self, st, w)
           local t4 = t1 + (m4 - m1)
           local delay = (m4 - m1) - (p.t3 - p.t2)
           delay = delay > 0 and delay or 0
-          -- (t1, t2 and t3 are read to the millisecond: the bound widens by that.)
-          return { offset = -((p.t2 - t1) + (p.t3 - t4)) / 2, delay = delay,
-                   err = delay / 2 + M.RESOLUTION, by = p.by, at = baton.now() }
+          local offset = -((p.t2 - t1) + (p.t3 - t4)) / 2
+          -- (t1, t2 and t3 are read to the millisecond: the bound widens by
+          -- that.) lead: the leader's clock minus this node's monotonic
+          -- clock, which this node's own wall clock does not enter.
+          return { offset = offset, delay = delay, err = delay / 2 + M.RESOLUTION, by = p.by,
+                   at = baton.now(), lead = (t1 - m1) - offset }
         end
       end
     end
@@ -150,7 +168,8 @@ local function sampler(self, st)
       -- The leader is its own reference: offset 0, exactly.
       if st.ref ~= self.name or #st.samples == 0 then
         reset(st, self.name)
-        add(st, { offset = 0, delay = 0, err = 0, by = self.name, at = baton.now() })
+        add(st, { offset = 0, delay = 0, err = 0, by = self.name, at = baton.now(),
+                  lead = baton.now() - baton.monotime() })
         st.burst = 0
         M.update(self)
       end
@@ -178,11 +197,18 @@ local function sampler(self, st)
         -- one: at once again after a timeout (it waited already), else 1 s.
         local gap = s and (st.burst > 0 and M.BURST_GAP or M.INTERVAL)
                     or (why == "timeout" and M.BURST_GAP or (why == "leader" and 0 or 1))
-        -- (Woken early when the leader measured against leaves: the next
-        -- one answers the next ping.)
-        nap(gap, function()
-          return self.stopping or self.leader or (st.ref and self.listed and not self.nodes[st.ref])
-        end)
+        if s or why == "timeout" then
+          -- (Woken early when the leader measured against leaves: the next
+          -- one answers the next ping.)
+          nap(gap, function()
+            return self.stopping or self.leader or (st.ref and self.listed and not self.nodes[st.ref])
+          end)
+        elseif why ~= "leader" then
+          -- A failure that came at once (etcd refused the ping, or this
+          -- node's session is lost): wait the whole gap, or this loop
+          -- would spin without ever yielding to the node's event loop.
+          nap(gap, function() return self.stopping end)
+        end
       end
     end
   end
@@ -272,10 +298,14 @@ function M.update(self)
       end
     end
     if ref == self.name or self.nodes[ref] then offsets[ref] = 0 end
-    offsets[self.name] = b.offset
+    -- This node's offset now: its wall clock may have stepped since the
+    -- sample (the leader's own is the leader clock itself).
+    local lead = ref == self.name and baton.now() - baton.monotime() or b.lead
+    local mine = ref == self.name and 0 or (baton.now() - baton.monotime()) - lead
+    offsets[self.name] = mine
     local xs = {}
     for _, o in pairs(offsets) do xs[#xs + 1] = o end
-    c.offset, c.error, c.ref, c.measured_at = b.offset, b.err, ref, b.at
+    c.offset, c.error, c.ref, c.measured_at = mine, b.err, ref, b.at
     local now = baton.monotime()
     if waiting == 0 then st.waiting_since = nil else st.waiting_since = st.waiting_since or now end
     local settled = waiting == 0
@@ -285,8 +315,9 @@ function M.update(self)
     -- (Not before the node's first listing of P nodes/: until then it
     -- would take its own clock for the median.)
     if self.listed and settled then
-      c.correction = b.offset - median(xs)
-      self.correction = c.correction
+      local mid = median(xs)
+      c.correction = mine - mid
+      M.set_base(self, st, lead + mid, not c.known)
       if not c.known then
         c.known = true
         log("info", "clock offset known", { node = self.name, correction = round(c.correction),
@@ -333,6 +364,25 @@ function M.update(self)
   end
 end
 
+-- Moves the corrected clock to base (see the top of this file): at once
+-- when it comes first, moves it back, or forward by at most TOLERANCE;
+-- else once the same forward move has held for HOLD_FORWARD seconds.
+function M.set_base(self, st, base, first)
+  local now = baton.monotime()
+  if first or not st.base or base <= st.base + M.TOLERANCE then
+    st.base, st.ahead = base, nil
+    return
+  end
+  local a = st.ahead
+  if not a or abs(base - a.base) > M.TOLERANCE then
+    st.ahead = { base = base, since = now }
+  elseif now - a.since >= M.HOLD_FORWARD then
+    log("info", "clock: the cluster's clock moved ahead; following it",
+        { node = self.name, by = round(base - st.base) })
+    st.base, st.ahead = base, nil
+  end
+end
+
 -- The clock fields of the node's published info (P nodes/<name>).
 function M.info(self)
   local c = self.clock
@@ -364,13 +414,16 @@ function M.wait(self, secs)
 end
 
 -- Starts measuring (and answering, while this node leads) until
--- self.stopping; sets self.clock, self.correction and self.now().
+-- self.stopping; sets self.clock and self.now().
 function M.start(self)
   self.max_skew = self.max_skew or M.MAX_SKEW
-  self.correction = 0
   self.clock = { known = false, skewed = false }
-  self.clock_state = { samples = {}, seq = 0, burst = M.SAMPLES }
-  self.now = function() return baton.now() - self.correction end
+  local st = { samples = {}, seq = 0, burst = M.SAMPLES }
+  self.clock_state = st
+  self.now = function()
+    if st.base then return baton.monotime() + st.base end
+    return baton.now()
+  end
   baton.go(sampler, self, self.clock_state)
   baton.go(answerer, self)
   baton.go(function()

@@ -201,6 +201,13 @@ function M.claim(self, run, opts)
     end
     return nil
   end
+  if not M.session(self, s) then
+    -- Applied while etcd still held the lease, answered after the node
+    -- declared the session lost: not run here. The claim goes with the
+    -- lease, and the leader hands the run to another node.
+    log("info", "claim came back after the session was lost; not run", fields_of(self, run))
+    return nil
+  end
   rec.fence = r.revision
   rec.mod_revision = r.revision
   run.session = s
