@@ -1086,6 +1086,12 @@ uint64_t bt_etcd_keep_deadline(const bt_etcd_keep_t *k) {
   return keep_fence_at(k);
 }
 
+void bt_etcd_keep_lose(bt_etcd_keep_t *k, const char *why) {
+  char msg[ERRLEN];
+  snprintf(msg, sizeof(msg), "lease %s: %s", k->id, why);
+  keep_lost(k, msg);
+}
+
 int bt_etcd_keep_fence(bt_etcd_keep_t *k) {
   int fd = bt_fence_create();
   if (fd < 0) return fd;

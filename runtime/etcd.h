@@ -141,6 +141,10 @@ void bt_etcd_keep_stop(bt_etcd_keep_t *k);
  * moment the keeper declares the lease lost. */
 uint64_t bt_etcd_keep_deadline(const bt_etcd_keep_t *k);
 
+/** Declares the lease lost now (why says how the caller knows: its key
+ * on the lease was deleted, say), as if the keepalive had found out. */
+void bt_etcd_keep_lose(bt_etcd_keep_t *k, const char *why);
+
 /** Makes this keepalive the publisher of the process's fence board
  * (fence.h, created if needed): its deadline after every renewal, 0 once
  * the lease is lost or the keepalive stopped. Returns 0 or BT_E*. */

@@ -510,6 +510,15 @@ static int l_keep_deadline(lua_State *L) {
   return 1;
 }
 
+/* keeper:lose(why): the lease is lost now (the caller saw a key of it
+ * deleted); the state turns "lost" and waiters wake. */
+static int l_keep_lose(lua_State *L) {
+  keep_t *kt = luaL_checkudata(L, 1, KEEP_MT);
+  const char *why = luaL_checkstring(L, 2);
+  if (kt->k && kt->state == K_ALIVE) bt_etcd_keep_lose(kt->k, why);
+  return 0;
+}
+
 /* keeper:fence() -> fd | nil, err, code: this keepalive publishes its
  * deadline on the process's fence board (fence.h), whose descriptor the
  * node hands to its workers. */
@@ -619,7 +628,8 @@ int bt_lua_open_etcd(lua_State *L) {
   };
   static const luaL_Reg keep_m[] = {
     {"state", l_keep_state}, {"wait", l_keep_wait}, {"stop", l_keep_stop},
-    {"deadline", l_keep_deadline}, {"fence", l_keep_fence}, {NULL, NULL}
+    {"deadline", l_keep_deadline}, {"fence", l_keep_fence}, {"lose", l_keep_lose},
+    {NULL, NULL}
   };
   new_mt(L, CLIENT_MT, client_m, l_client_gc);
   new_mt(L, WATCH_MT, watch_m, l_watch_gc);

@@ -95,6 +95,13 @@ function Session:close()
   return true
 end
 
+-- (baton node) Declares the session lost now, for why (a key on its lease
+-- was deleted: etcd revoked the lease early), as its keepalive would.
+function Session:_lose(why)
+  local keeper = self._lease._keeper
+  if keeper and not self._closed then keeper:lose(why) end
+end
+
 -- (baton node) Makes this session's keepalive publish its deadline on the
 -- process's fence board (runtime/fence.h), which the node's workers read;
 -- returns the board's descriptor.

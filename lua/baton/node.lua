@@ -60,7 +60,7 @@ local function register(self, s, old_lease)
   if not r.succeeded and not (old_lease and r.responses[1] and r.responses[1].succeeded) then
     return nil, "EEXIST: the name is in use by a live node", "EEXIST"
   end
-  return true
+  return r.revision
 end
 
 local function publish(self)
@@ -454,6 +454,16 @@ local function on_event(self, ev)
     end
   elseif key:sub(1, #P + 6) == P .. "nodes/" then
     local name = key:sub(#P + 7)
+    if ev.type == "delete" and name == self.name and ev.kv.mod_revision > (self.registered or 0)
+       and runs.live(self) then
+      -- The registration of the current session is gone: etcd dropped the
+      -- lease (an etcd leader that was stalled can revoke leases it wrongly
+      -- thinks expired, etcd #12528) before the keepalive could know.
+      -- Fence at once.
+      log("error", "own registration deleted: the session's lease is gone",
+          { node = self.name, lease = self.s.lease, revision = ev.kv.mod_revision })
+      self.s:_lose("its key " .. key .. " was deleted at revision " .. ev.kv.mod_revision)
+    end
     if ev.type == "put" then
       local ok, n = pcall(json.decode, ev.kv.value)
       if ok and type(n) == "table" then self.nodes[name] = n end
@@ -523,9 +533,9 @@ local function join(self, old)
   if not s then return nil, err, code end
   local fd, ferr, fcode = s:_fence()
   if not fd then s:close(); return nil, ferr, fcode end
-  local ok, rerr, rcode = register(self, s, old and old.lease)
-  if not ok then s:close(); return nil, rerr, rcode end
-  self.s, self.fence_fd, self.fenced = s, fd, false
+  local rev, rerr, rcode = register(self, s, old and old.lease)
+  if not rev then s:close(); return nil, rerr, rcode end
+  self.s, self.fence_fd, self.fenced, self.registered = s, fd, false, rev
   -- The cluster election: the leader does the housekeeping that needs one
   -- decider (node/leader.lua) until its session ends.
   baton.go(function()

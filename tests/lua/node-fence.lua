@@ -128,7 +128,68 @@ return { schedule = "@manual", timeout = 60,
   c:destroy()
 end
 
--- 3. A node whose etcd is gone for good loses its session, cannot rejoin
+-- 3. etcd drops a node's lease long before its TTL (a stalled etcd leader
+-- can, etcd #12528): the node sees its registration deleted and fences at
+-- once, so its run's child stops before the run is taken over.
+do
+  local c = N.new("nodefence4")
+  local e, P = c.e, c.P
+  local beats = c.dir .. "/beats"
+  local script = c.dir .. "/beat.sh"
+  F.write(script, [[
+i=0
+while [ "$i" -lt "$3" ]; do
+  read up _ < /proc/uptime
+  echo "$1 $up" >> "$2"
+  i=$((i+1))
+  sleep 0.05
+done
+]])
+  c:start("a", 9)
+  c:start("b", 9)
+  local rev = c:put_job("long", ([[
+return { schedule = "@manual", timeout = 60, policy = "race",
+         run = function(ctx)
+           assert(baton.exec { "sh", %q, tostring(ctx.fence), %q, ctx.attempt == 1 and "600" or "20",
+                               timeout = 60 })
+         end }]]):format(script, beats))
+  T.ok(c:loaded("long", rev), "job loaded")
+  c:cli("job", "run", "long")
+  local rec = N.wait(15, function()
+    local r = c:records("long")[1]
+    return r and r.state == "running" and (F.read(beats) or "") ~= "" and r
+  end)
+  T.ok(rec, "the run and its child started on " .. tostring(rec and rec.node))
+  local victim = rec and rec.node or "a"
+  local lease = assert(e:get(P .. "nodes/" .. victim)).kvs[1].lease
+  baton.sleep(0.5)
+  assert(e:lease(lease):revoke())
+  local revoked = tonumber(F.read("/proc/uptime"):match("^[%d.]+"))
+  local fin = N.wait(30, function()
+    local r = c:records("long")[1]
+    return r and r.state == "succeeded" and r
+  end)
+  T.ok(fin and fin.node ~= victim, "the run ran again on the other node")
+  local span = {}
+  for fence, up in (F.read(beats) or ""):gmatch("(%d+) ([%d.]+)") do
+    local sp = span[tonumber(fence)] or { first = math.huge, last = 0 }
+    up = tonumber(up)
+    sp.first, sp.last = math.min(sp.first, up), math.max(sp.last, up)
+    span[tonumber(fence)] = sp
+  end
+  local fences = {}
+  for f in pairs(span) do fences[#fences + 1] = f end
+  table.sort(fences)
+  local s1, s2 = span[fences[1]], span[fences[2]]
+  T.ok(s1 and s1.last - revoked < 0.3, ("the first copy's child stopped within 0.3 s of the revocation (%.2f)")
+    :format(s1 and s1.last - revoked or -1))
+  T.ok(s1 and s2 and s1.last < s2.first, "before the re-run began")
+  T.like(c:log(victim), "own registration deleted", "the node says why it fenced")
+  T.ok(N.wait(10, function() return c:log(victim):find("node rejoined", 1, true) end), "and it rejoined")
+  c:destroy()
+end
+
+-- 4. A node whose etcd is gone for good loses its session, cannot rejoin
 -- (connection refused, at once, again and again) and still answers: it
 -- stops on SIGTERM. (Its clock measurement once spun on such failures and
 -- froze the node.)
