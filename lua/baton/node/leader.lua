@@ -365,16 +365,18 @@ function M.run(self)
       end
     end
   end)
+  -- The periodic scan (every 0.5 s) finds what a lagging watch delivers
+  -- late: a lost run is handed out within TTL + 1 s of its node's death.
   local n = 0
   while leading() do
-    baton.sleep(1)
+    baton.sleep(0.5)
     n = n + 1
     scan_inflight(self)
-    if n % 2 == 0 then
+    if n % 4 == 0 then
       seed_marks(self)
       M.misfires(self)
     end
-    if n % 60 == 0 then prune(self) end
+    if n % 120 == 0 then prune(self) end
   end
 end
 
