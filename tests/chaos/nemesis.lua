@@ -107,7 +107,8 @@ end
 -- the fault schedule
 
 local KINDS = {
-  { "node-kill", 3 }, { "node-stop", 3 }, { "node-term", 1.5 }, { "proxy-freeze", 3 },
+  { "node-kill", 3 }, { "node-stop", 2 }, { "node-stall", 2 }, { "node-term", 1.5 },
+  { "proxy-freeze", 3 },
   { "proxy-reset", 1.5 }, { "skew", 1.5 },
   { "etcd-leader-kill", 1 }, { "etcd-follower-kill", 0.75 },
   { "etcd-leader-stop", 1 }, { "etcd-follower-stop", 0.75 },
@@ -152,7 +153,8 @@ local function plan(seed, from, to, nn)
       else
         f.node = free[R(#free)]
         if kind == "node-kill" then f.down = U(1, 6)
-        elseif kind == "node-stop" then f.down = R() < 0.5 and U(0.5, 2.5) or U(3.5, 8)
+        elseif kind == "node-stop" or kind == "node-stall" then
+          f.down = R() < 0.5 and U(0.5, 2.5) or U(3.5, 8)
         elseif kind == "node-term" then f.down = U(1, 4)
         elseif kind == "proxy-freeze" then f.down = R() < 0.3 and U(0.5, 2.5) or U(3.5, 8)
         else f.down = 0 end
@@ -357,6 +359,16 @@ local function node_fault(f, n)
     pids = tree(n.pid)
     flog { kind = kind, phase = "end", n = f.n, node = n.name, pids = pids }
     for _, p in ipairs(pids) do signal(p, "CONT") end
+  elseif kind == "node-stall" then
+    -- Only the node process (a stalled process, not a stalled machine):
+    -- its runs go on, and must be fenced by their containment processes
+    -- with no help from it; no allowance after SIGCONT.
+    flog { kind = kind, phase = "begin", n = f.n, node = n.name, pid = n.pid }
+    signal(n.pid, "STOP")
+    say("SIGSTOP %s's node process only for %.1f s", n.name, f.down)
+    baton.sleep(f.down)
+    flog { kind = kind, phase = "end", n = f.n, node = n.name }
+    signal(n.pid, "CONT")
   elseif kind == "node-term" then
     flog { kind = kind, phase = "begin", n = f.n, node = n.name, pid = n.pid }
     n.expect_exit = true
