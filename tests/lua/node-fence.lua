@@ -6,7 +6,7 @@
 -- the re-run on another node never overlaps the first copy.
 local T = require "tap"
 local N = require "nodes"
-local F = require "files"
+local beats = require "beats"
 local json = baton.json
 local TTL = 3
 
@@ -67,18 +67,7 @@ end
 do
   local c = N.new("nodefence2")
   local e, P = c.e, c.P
-  local beats = c.dir .. "/beats"
-  local script = c.dir .. "/beat.sh"
-  F.write(script, [[
-# beat.sh FENCE FILE N: "FENCE UPTIME" to FILE every 0.1 s, N times
-i=0
-while [ "$i" -lt "$3" ]; do
-  read up _ < /proc/uptime
-  echo "$1 $up" >> "$2"
-  i=$((i+1))
-  sleep 0.1
-done
-]])
+  local B = beats.new(c.dir)
   c:start("a", TTL)
   c:start("b", TTL)
   local rev = c:put_job("long", ([[
@@ -86,12 +75,12 @@ return { schedule = "@manual", timeout = 60,
          run = function(ctx)
            assert(baton.exec { "sh", %q, tostring(ctx.fence), %q, ctx.attempt == 1 and "200" or "20",
                                timeout = 60 })
-         end }]]):format(script, beats))
+         end }]]):format(B.script, B.file))
   T.ok(c:loaded("long", rev), "job loaded on two nodes")
   c:cli("job", "run", "long")
   local rec = N.wait(15, function()
     local r = c:records("long")[1]
-    return r and r.state == "running" and (F.read(beats) or "") ~= "" and r
+    return r and r.state == "running" and B:count() > 0 and r
   end)
   T.ok(rec, "the run and its child process started on " .. tostring(rec and rec.node))
   local victim = rec and rec.node or "a"
@@ -104,27 +93,16 @@ return { schedule = "@manual", timeout = 60,
   T.ok(fin, "the run was re-run elsewhere and succeeded")
   T.is(fin and fin.attempts[1] and fin.attempts[1].state, "lost", "attempt 1 is recorded lost")
   T.ok(fin and fin.node ~= victim, "attempt 2 ran on the other node")
-  local span = {}
-  for fence, up in (F.read(beats) or ""):gmatch("(%d+) ([%d.]+)") do
-    local s = span[fence] or { first = math.huge, last = 0, n = 0 }
-    up = tonumber(up)
-    s.first, s.last, s.n = math.min(s.first, up), math.max(s.last, up), s.n + 1
-    span[fence] = s
-  end
-  local fences = {}
-  for fence in pairs(span) do fences[#fences + 1] = tonumber(fence) end
-  table.sort(fences)
-  T.is(#fences, 2, "two copies beat, one per attempt")
-  local f1, f2 = span[tostring(fences[1])], span[tostring(fences[2])]
-  if f1 and f2 then
-    T.ok(f1.last < f2.first, ("the first copy's child stopped (%.2f) before the re-run began (%.2f)")
-      :format(f1.last, f2.first))
-  end
+  local list = B:list()
+  T.is(#list, 2, "two copies beat, one per attempt")
+  local f1, f2 = list[1] or { last = math.huge }, list[2] or { first = -1 }
+  T.ok(f1.last < f2.first, ("the first copy's child stopped (%.2f) before the re-run began (%.2f)")
+    :format(f1.last, f2.first))
   T.like(c:log(victim), "run fenced", "its containment process killed the run at the fence deadline")
   baton.sleep(1)
-  local n = select(2, (F.read(beats) or ""):gsub("\n", ""))
+  local n = B:count()
   baton.sleep(1)
-  T.is(select(2, (F.read(beats) or ""):gsub("\n", "")), n, "nothing beats any more")
+  T.is(B:count(), n, "nothing beats any more")
   c:destroy()
 end
 
@@ -134,17 +112,7 @@ end
 do
   local c = N.new("nodefence4")
   local e, P = c.e, c.P
-  local beats = c.dir .. "/beats"
-  local script = c.dir .. "/beat.sh"
-  F.write(script, [[
-i=0
-while [ "$i" -lt "$3" ]; do
-  read up _ < /proc/uptime
-  echo "$1 $up" >> "$2"
-  i=$((i+1))
-  sleep 0.05
-done
-]])
+  local B = beats.new(c.dir, 0.05)
   c:start("a", 9)
   c:start("b", 9)
   local rev = c:put_job("long", ([[
@@ -152,35 +120,26 @@ return { schedule = "@manual", timeout = 60, policy = "race",
          run = function(ctx)
            assert(baton.exec { "sh", %q, tostring(ctx.fence), %q, ctx.attempt == 1 and "600" or "20",
                                timeout = 60 })
-         end }]]):format(script, beats))
+         end }]]):format(B.script, B.file))
   T.ok(c:loaded("long", rev), "job loaded")
   c:cli("job", "run", "long")
   local rec = N.wait(15, function()
     local r = c:records("long")[1]
-    return r and r.state == "running" and (F.read(beats) or "") ~= "" and r
+    return r and r.state == "running" and B:count() > 0 and r
   end)
   T.ok(rec, "the run and its child started on " .. tostring(rec and rec.node))
   local victim = rec and rec.node or "a"
   local lease = assert(e:get(P .. "nodes/" .. victim)).kvs[1].lease
   baton.sleep(0.5)
   assert(e:lease(lease):revoke())
-  local revoked = tonumber(F.read("/proc/uptime"):match("^[%d.]+"))
+  local revoked = beats.now()
   local fin = N.wait(30, function()
     local r = c:records("long")[1]
     return r and r.state == "succeeded" and r
   end)
   T.ok(fin and fin.node ~= victim, "the run ran again on the other node")
-  local span = {}
-  for fence, up in (F.read(beats) or ""):gmatch("(%d+) ([%d.]+)") do
-    local sp = span[tonumber(fence)] or { first = math.huge, last = 0 }
-    up = tonumber(up)
-    sp.first, sp.last = math.min(sp.first, up), math.max(sp.last, up)
-    span[tonumber(fence)] = sp
-  end
-  local fences = {}
-  for f in pairs(span) do fences[#fences + 1] = f end
-  table.sort(fences)
-  local s1, s2 = span[fences[1]], span[fences[2]]
+  local list = B:list()
+  local s1, s2 = list[1], list[2]
   T.ok(s1 and s1.last - revoked < 0.3, ("the first copy's child stopped within 0.3 s of the revocation (%.2f)")
     :format(s1 and s1.last - revoked or -1))
   T.ok(s1 and s2 and s1.last < s2.first, "before the re-run began")

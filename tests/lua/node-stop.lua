@@ -4,23 +4,12 @@
 -- after the first copy's processes are gone.
 local T = require "tap"
 local N = require "nodes"
-local F = require "files"
+local beats = require "beats"
 local TTL = 3
 
 local c = N.new("nodestop")
 local e, P = c.e, c.P
-local beats = c.dir .. "/beats"
-local script = c.dir .. "/beat.sh"
-F.write(script, [[
-# beat.sh TAG FILE N: "TAG UPTIME" to FILE every 0.1 s, N times
-i=0
-while [ "$i" -lt "$3" ]; do
-  read up _ < /proc/uptime
-  echo "$1 $up" >> "$2"
-  i=$((i+1))
-  sleep 0.1
-done
-]])
+local B = beats.new(c.dir)
 for _, n in ipairs { "a", "b", "c" } do c:start(n, TTL) end
 
 -- The job's child beats with its run's tag: its job name and fence.
@@ -30,23 +19,7 @@ return { schedule = "@manual", timeout = 60, %s
          run = function(ctx)
            assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
                                ctx.attempt == 1 and "300" or "15", timeout = 60 })
-         end }]]):format(extra or "", script, beats))
-end
-
--- {tag = {first =, last =, n =}} of the beats so far.
-local function spans()
-  local span = {}
-  for tag, up in (F.read(beats) or ""):gmatch("(%S+) ([%d.]+)\n") do
-    local s = span[tag] or { first = math.huge, last = 0, n = 0 }
-    up = tonumber(up)
-    s.first, s.last, s.n = math.min(s.first, up), math.max(s.last, up), s.n + 1
-    span[tag] = s
-  end
-  return span
-end
-
-local function uptime()
-  return tonumber(F.read("/proc/uptime"):match("^[%d.]+"))
+         end }]]):format(extra or "", B.script, B.file))
 end
 
 -- Starts job's run and waits until its child beats; returns the record.
@@ -55,7 +28,7 @@ local function started(job)
   return N.wait(15, function()
     local r = c:records(job)[1]
     if not (r and r.state == "running") then return end
-    for tag in pairs(spans()) do if tag:find(job .. ":", 1, true) == 1 then return r end end
+    if #B:list(job .. ":") > 0 then return r end
   end)
 end
 
@@ -66,17 +39,10 @@ local function finished(job, secs)
   end)
 end
 
--- The two copies' beats: the first copy's (the smallest fence) must have
--- ended before the second's began. Returns both spans.
+-- How many copies of job beat, and the first two copies' spans.
 local function copies(job)
-  local tags = {}
-  for tag in pairs(spans()) do
-    local f = tag:match("^" .. job .. ":(%d+)$")
-    if f then tags[#tags + 1] = tonumber(f) end
-  end
-  table.sort(tags)
-  local s = spans()
-  return #tags, tags[1] and s[job .. ":" .. tags[1]], tags[2] and s[job .. ":" .. tags[2]]
+  local list = B:list(job .. ":")
+  return #list, list[1], list[2]
 end
 
 -- 1. SIGTERM: the node asks the run to stop, ends its processes, records
@@ -114,7 +80,7 @@ do
   local victim = rec and rec.node or "a"
   c:signal(victim, "KILL")
   c.nodes[victim] = nil
-  local killed = uptime()
+  local killed = beats.now()
   baton.sleep(1)
   local _, s1 = copies("kill")
   T.ok(s1 and s1.last < killed + 0.5, ("the child stopped beating within 0.5 s of the kill (%.2f after)")

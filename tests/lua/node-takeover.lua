@@ -5,43 +5,16 @@
 -- one if none is alive.
 local T = require "tap"
 local N = require "nodes"
-local F = require "files"
+local beats = require "beats"
 local TTL = 3
 
 local c = N.new("nodetakeover")
-local beats = c.dir .. "/beats"
-local script = c.dir .. "/beat.sh"
-F.write(script, [[
-# beat.sh TAG FILE N: "TAG UPTIME" to FILE every 0.1 s, N times
-i=0
-while [ "$i" -lt "$3" ]; do
-  read up _ < /proc/uptime
-  echo "$1 $up" >> "$2"
-  i=$((i+1))
-  sleep 0.1
-done
-]])
-
-local function spans(job)
-  local span = {}
-  for tag, up in (F.read(beats) or ""):gmatch("(%S+) ([%d.]+)\n") do
-    if tag:find(job .. ":", 1, true) == 1 then
-      local s = span[tag] or { tag = tag, first = math.huge, last = 0 }
-      up = tonumber(up)
-      s.first, s.last = math.min(s.first, up), math.max(s.last, up)
-      span[tag] = s
-    end
-  end
-  local list = {}
-  for _, s in pairs(span) do list[#list + 1] = s end
-  table.sort(list, function(x, y) return x.first < y.first end)
-  return list
-end
+local B = beats.new(c.dir)
 
 local function running(job)
   return N.wait(20, function()
     for _, r in ipairs(c:records(job)) do
-      if r.state == "running" and #spans(job) > 0 then return r end
+      if r.state == "running" and #B:list(job .. ":") > 0 then return r end
     end
   end)
 end
@@ -61,7 +34,7 @@ return { schedule = "* * * * * *", concurrency = "forbid", timeout = 60, labels 
          run = function(ctx)
            assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
                                ctx.attempt == 1 and "60" or "20", timeout = 60 })
-         end }]]):format(script, beats))
+         end }]]):format(B.script, B.file))
 T.ok(c:loaded("guard", rev), "forbid job loaded")
 local rec = running("guard")
 T.ok(rec, "a run is on, on " .. tostring(rec and rec.node))
@@ -81,7 +54,7 @@ T.ok(fin and fin.node ~= "boss", "by a node with the job's label (" .. tostring(
 baton.sleep(2.5)
 c:cli("job", "pause", "guard")
 baton.sleep(2.5)
-local list, overlap = spans("guard"), {}
+local list, overlap = B:list("guard:"), {}
 for i = 2, #list do
   if list[i].first <= list[i - 1].last then
     overlap[#overlap + 1] = ("%s [%.2f, %.2f] and %s [%.2f, %.2f]"):format(list[i - 1].tag,
@@ -104,7 +77,7 @@ return { schedule = "@manual", timeout = 60, labels = { role = "n3" },
          run = function(ctx)
            assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.node .. ":" .. ctx.fence, %q,
                                ctx.attempt == 1 and "100" or "5", timeout = 60 })
-         end }]]):format(script, beats))
+         end }]]):format(B.script, B.file))
 T.ok(c:loaded("pinned", rev, 15), "labelled job loaded")
 c:cli("job", "run", "pinned")
 rec = running("pinned")
@@ -115,7 +88,7 @@ baton.sleep(TTL + 4)
 local waiting = c:records("pinned")[1]
 T.is(waiting and waiting.state, "retrying", "its run waits for an eligible node")
 T.is(waiting and waiting.attempt, 1, "no other node took it")
-for _, s in ipairs(spans("pinned")) do
+for _, s in ipairs(B:list("pinned:")) do
   T.like(s.tag, "^pinned:n3:", "only n3 ever ran it (" .. s.tag .. ")")
 end
 c:start("n3", TTL, "--labels role=n3")

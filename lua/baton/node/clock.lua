@@ -112,7 +112,15 @@ local function reset(st, ref)
   st.samples, st.ref, st.burst, st.first_at = {}, ref, M.SAMPLES, nil
 end
 
+-- Keeps sample s. One that disagrees with the best kept so far about the
+-- leader's clock (its lead, beyond both error bounds) means the leader's
+-- clock stepped: the older samples describe a clock that is gone, and the
+-- smallest delay among them must not win.
 local function add(st, s)
+  local b = best(st)
+  if b and b.lead and s.lead and abs(s.lead - b.lead) > s.err + b.err + M.RESOLUTION * 10 then
+    st.samples = {}
+  end
   local list = st.samples
   list[#list + 1] = s
   if #list > M.SAMPLES then table.remove(list, 1) end
@@ -433,5 +441,8 @@ function M.start(self)
     end
   end)
 end
+
+-- (for tests: the sample keeping, without etcd)
+M._add, M._best = add, best
 
 return M
