@@ -108,8 +108,11 @@ local function best(st)
   return b
 end
 
-local function reset(st, ref)
-  st.samples, st.ref, st.burst, st.first_at = {}, ref, M.SAMPLES, nil
+-- Starts measuring against another reference: leader ref's clock, in its
+-- frame (the leader's name and how often its own clock stepped: offsets
+-- measured against it before a step are of another frame).
+local function reset(st, ref, frame)
+  st.samples, st.ref, st.frame, st.burst, st.first_at = {}, ref, frame or ref, M.SAMPLES, nil
 end
 
 -- Keeps sample s. One that disagrees with the best kept so far about the
@@ -160,6 +163,7 @@ local function exchange(self, st, w)
           -- that.) lead: the leader's clock minus this node's monotonic
           -- clock, which this node's own wall clock does not enter.
           return { offset = offset, delay = delay, err = delay / 2 + M.RESOLUTION, by = p.by,
+                   frame = type(p.frame) == "string" and p.frame or p.by,
                    at = baton.now(), lead = (t1 - m1) - offset }
         end
       end
@@ -173,11 +177,20 @@ local function sampler(self, st)
   local w
   while not self.stopping do
     if self.leader then
-      -- The leader is its own reference: offset 0, exactly.
-      if st.ref ~= self.name or #st.samples == 0 then
-        reset(st, self.name)
-        add(st, { offset = 0, delay = 0, err = 0, by = self.name, at = baton.now(),
-                  lead = baton.now() - baton.monotime() })
+      -- The leader is its own reference: offset 0, exactly. When its own
+      -- wall clock steps, that is a new frame: what the others measured
+      -- before no longer holds, and nothing moves until they measure again.
+      local wm = baton.now() - baton.monotime()
+      local stepped = st.ref == self.name and st.samples[1]
+        and abs(wm - st.samples[1].lead) > M.RESOLUTION * 10
+      if st.ref ~= self.name or #st.samples == 0 or stepped then
+        if stepped then
+          st.epoch = (st.epoch or 0) + 1
+          log("info", "clock: this leader's own clock stepped; the others measure again",
+              { node = self.name, by = round(wm - st.samples[1].lead) })
+        end
+        reset(st, self.name, self.name .. "#" .. (st.epoch or 0))
+        add(st, { offset = 0, delay = 0, err = 0, by = self.name, at = baton.now(), lead = wm })
         st.burst = 0
         M.update(self)
       end
@@ -191,12 +204,12 @@ local function sampler(self, st)
         local s, why = exchange(self, st, w)
         if why == "watch" then w:cancel(); w = nil end -- compacted or broken: a new watch
         if s then
-          if s.by ~= st.ref then
+          if s.by ~= st.ref or s.frame ~= st.frame then
             if st.ref then
               log("info", "clock: measuring against a new leader", { node = self.name, ref = s.by,
                                                                       previous = st.ref })
             end
-            reset(st, s.by)
+            reset(st, s.by, s.frame)
           end
           add(st, s)
           M.update(self)
@@ -246,7 +259,8 @@ local function answerer(self)
                 if not s then return end
                 local t3 = baton.now()
                 self.e:put(self.P .. "clock/pong/" .. name,
-                           json.encode { seq = p.seq, t1 = p.t1, t2 = t2, t3 = t3, by = self.name },
+                           json.encode { seq = p.seq, t1 = p.t1, t2 = t2, t3 = t3, by = self.name,
+                                         frame = self.clock_state.frame },
                            { lease = s.lease })
               end)
             end
@@ -264,7 +278,7 @@ end
 local function differs(a, b)
   if not b then return true end
   if (a.known or false) ~= (b.known or false) or (a.skewed or false) ~= (b.skewed or false)
-     or a.ref ~= b.ref then return true end
+     or a.ref ~= b.ref or a.frame ~= b.frame then return true end
   for _, k in ipairs { "offset", "correction" } do
     local x, y = a[k], b[k]
     if type(x) ~= "number" then x = nil end
@@ -297,7 +311,7 @@ function M.update(self)
       if name ~= self.name and name ~= ref then
         local k = type(n) == "table" and n.clock
         if type(k) == "table" then
-          if k.ref == ref and type(k.offset) == "number" then
+          if (k.frame or k.ref) == st.frame and type(k.offset) == "number" then
             offsets[name] = k.offset
           else
             waiting = waiting + 1 -- measuring, not (yet) against our leader
@@ -308,12 +322,12 @@ function M.update(self)
     if ref == self.name or self.nodes[ref] then offsets[ref] = 0 end
     -- This node's offset now: its wall clock may have stepped since the
     -- sample (the leader's own is the leader clock itself).
-    local lead = ref == self.name and baton.now() - baton.monotime() or b.lead
+    local lead = b.lead
     local mine = ref == self.name and 0 or (baton.now() - baton.monotime()) - lead
     offsets[self.name] = mine
     local xs = {}
     for _, o in pairs(offsets) do xs[#xs + 1] = o end
-    c.offset, c.error, c.ref, c.measured_at = mine, b.err, ref, b.at
+    c.offset, c.error, c.ref, c.frame, c.measured_at = mine, b.err, ref, st.frame, b.at
     local now = baton.monotime()
     if waiting == 0 then st.waiting_since = nil else st.waiting_since = st.waiting_since or now end
     local settled = waiting == 0
@@ -350,7 +364,7 @@ function M.update(self)
   -- (self.nodes, from the watch) still differs a second later: a publish
   -- failed, or one from elsewhere in the node with older values landed last.
   local now = baton.monotime()
-  local mine = { known = c.known, skewed = c.skewed, ref = c.ref, offset = c.offset,
+  local mine = { known = c.known, skewed = c.skewed, ref = c.ref, frame = c.frame, offset = c.offset,
                  correction = c.known and c.correction or nil }
   local seen = self.nodes[self.name]
   seen = type(seen) == "table" and type(seen.clock) == "table" and seen.clock or {}
@@ -396,7 +410,7 @@ function M.info(self)
   local c = self.clock
   if not c then return { known = false } end
   return { offset = round(c.offset), error = round(c.error),
-           correction = c.known and round(c.correction) or nil, ref = c.ref,
+           correction = c.known and round(c.correction) or nil, ref = c.ref, frame = c.frame,
            known = c.known, skewed = c.skewed, measured_at = round(c.measured_at) }
 end
 
