@@ -629,6 +629,7 @@ function M.run(opts)
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P })
   baton.go(fence, self)
+  baton.go(leader.backstop, self)
 
   -- Keep the published node info (running runs) fresh.
   baton.go(function()

@@ -4,7 +4,8 @@
 --     on_node_loss decides: rerun it (the record waits for its next attempt
 --     with a pending/ entry, which any eligible node claims, chosen by the
 --     job's policy as for a first run), or record it abandoned. A run that
---     a replace asked to stop is recorded killed.
+--     a replace asked to stop is recorded killed. (The other nodes do this
+--     too for runs the leader leaves unhandled: M.backstop.)
 --   * misfires: instants (and shards of instants) of a job that no node
 --     started (the cluster was down, or every claim failed) follow the
 --     job's misfire policy and starting_deadline; every instant or shard not
@@ -93,9 +94,10 @@ local function check_inflight(self, job, id)
 end
 
 -- Every run in flight whose marker is gone (one read, whatever the number
--- of runs), then those runs one by one. An active/ key whose run is no
--- longer in flight (left by a version that bound it to a lease) is freed.
-local function scan_inflight(self)
+-- of runs), then those runs one by one; with ready (the backstop below),
+-- only those ready(job/id) says. An active/ key whose run is no longer in
+-- flight (left by a version that bound it to a lease) is freed.
+local function scan_inflight(self, ready)
   local P, e = self.P, self.e
   if not runs.live(self) then return end -- a lost session leads nothing
   local r = e:txn { success = { { get = { key = P .. "inflight/", prefix = true, keys_only = true } },
@@ -108,8 +110,9 @@ local function scan_inflight(self)
     local rest = kv.key:sub(#P + 10)
     inflight[rest] = true
     local job, id = rest:match("^([^/]+)/(.+)$")
-    if job and not marked[rest] then check_inflight(self, job, id) end
+    if job and not marked[rest] and (not ready or ready(rest)) then check_inflight(self, job, id) end
   end
+  if ready then return end
   for _, kv in ipairs(r.responses[3].kvs) do
     local job = kv.key:sub(#P + 8):match("^[^/]+")
     if job and not inflight[job .. "/" .. kv.value] then
@@ -319,6 +322,30 @@ local function prune(self)
           success = { { delete = { key = key } } } } }
         if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
       end
+    end
+  end
+end
+
+-- Every node but the leader: a backstop for a leader that cannot act (cut
+-- off from etcd, stopped, or kept alive by etcd's elections renewing its
+-- lease). A run whose marker has been gone for BACKSTOP seconds, which the
+-- leader would have handed out within a fraction of a second, is handled
+-- by whichever node finds it (check_inflight's compares let only one do it).
+M.BACKSTOP = 0.75
+
+function M.backstop(self)
+  local since = {}
+  while not self.stopping do
+    baton.sleep(0.5)
+    if not self.leader then
+      local now, still = baton.monotime(), {}
+      scan_inflight(self, function(rest)
+        still[rest] = since[rest] or now
+        return now - still[rest] >= M.BACKSTOP
+      end)
+      since = still
+    else
+      since = {}
     end
   end
 end
