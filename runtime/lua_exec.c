@@ -613,6 +613,7 @@ struct proc_s {
   int exited, term_sig;
   int64_t exit_status;
   int has_closer;
+  int stop_signal;        /* what the closer sends; SIGKILL by default */
   char cmd[];             /* argv[0], for messages */
 };
 
@@ -693,7 +694,7 @@ static void pwait_cancel(void *data) {
 static void proc_closer(bt_closer_t *self) {
   proc_t *p = (proc_t *) ((char *) self - offsetof(proc_t, closer));
   p->has_closer = 0;
-  if (!p->exited) signal_group(p->pid, &p->proc, SIGKILL);
+  if (!p->exited) signal_group(p->pid, &p->proc, p->stop_signal);
 }
 
 static proc_t *check_proc(lua_State *L) {
@@ -705,18 +706,28 @@ static proc_t *check_proc(lua_State *L) {
 /* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null",
  * channel=true} */
 static int l_spawn(lua_State *L) {
-  static const char *const opts[] = {"env", "cwd", "stdio", "channel", NULL};
+  static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[4];
   cmdline_t c;
-  int null_stdio = 0, channel = 0, rc, i;
+  int null_stdio = 0, channel = 0, stop_signal = SIGKILL, rc, i;
   uv_stream_t *chan = NULL;
   size_t cmd_len;
   pbox_t *b;
   proc_t *p;
 
-  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=}",
-                opts, "env, cwd, stdio or channel", &c);
+  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=}",
+                opts, "env, cwd, stdio, channel or stop_signal", &c);
+  lua_getfield(L, 1, "stop_signal");
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    stop_signal = bt__signal_number(lua_tostring(L, -1));
+    if (!stop_signal)
+      return luaL_error(L, "baton.spawn: unknown stop_signal '%s'", lua_tostring(L, -1));
+  } else if (!lua_isnil(L, -1)) {
+    return luaL_error(L, "baton.spawn: stop_signal must be a signal name such as "
+                      "\"SIGTERM\" (got %s)", luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
   lua_getfield(L, 1, "channel");
   if (lua_isboolean(L, -1))
     channel = lua_toboolean(L, -1);
@@ -801,6 +812,7 @@ static int l_spawn(lua_State *L) {
   live_children++;
   p->closer.close = proc_closer;
   p->has_closer = 1;
+  p->stop_signal = stop_signal;
   bt_rt_add_closer(p->rt, &p->closer);
   b->p = p;
   return 1;

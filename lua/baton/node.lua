@@ -140,7 +140,7 @@ local function fire_instant(self, name, j, fire)
   if (spec.shards or 1) > 1 then
     local a = assign_shards(self, name, spec, fire)
     for i = 1, spec.shards do
-      baton.go(function()
+      self.go(function()
         if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
         if self.stopping or self.jobs[name] ~= j or j.paused then return end
         runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
@@ -265,7 +265,7 @@ local function timetable_loop(self)
     while h[1] and h[1].fire <= now do
       local ev = heap_pop(h)
       if self.jobs[ev.name] == ev.j then
-        if not ev.j.paused then baton.go(fire_instant, self, ev.name, ev.j, ev.fire) end
+        if not ev.j.paused then self.go(fire_instant, self, ev.name, ev.j, ev.fire) end
         -- After a stall or a forward clock step, go on from now: the
         -- instants in between are the leader's misfire accounting.
         schedule(self, ev.name, ev.j, math.max(ev.fire, now - 1))
@@ -419,9 +419,9 @@ local function list_all(self)
     local ok, n = pcall(json.decode, kv.value)
     if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
   end
-  for _, kv in ipairs(r.responses[4].kvs) do baton.go(on_trigger, self, kv.key, kv.value) end
+  for _, kv in ipairs(r.responses[4].kvs) do self.go(on_trigger, self, kv.key, kv.value) end
   for _, kv in ipairs(r.responses[6].kvs) do
-    baton.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
+    self.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
   end
   -- The listing's response and its decoded copies are garbage now; collect
   -- them at once, so that a node that loaded a large store starts small.
@@ -444,9 +444,9 @@ local function on_event(self, ev)
     if ev.type == "put" then apply_policy(self, name, ev.kv.value, ev.kv.mod_revision)
     else remove_policy(self, name) end
   elseif key:sub(1, #P + 8) == P .. "trigger/" then
-    if ev.type == "put" then baton.go(on_trigger, self, key, ev.kv.value) end
+    if ev.type == "put" then self.go(on_trigger, self, key, ev.kv.value) end
   elseif key:sub(1, #P + 8) == P .. "pending/" then
-    if ev.type == "put" then baton.go(on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
+    if ev.type == "put" then self.go(on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
   elseif key:sub(1, #P + 7) == P .. "cancel/" then
     if ev.type == "put" then
       local job, id = key:sub(#P + 8):match("^([^/]+)/(.+)$")
@@ -498,7 +498,7 @@ local function follow(self)
       self.watchers = watchers
       local pending = #watchers
       for _, w in ipairs(watchers) do
-        baton.go(function()
+        self.go(function()
           while not self.stopping and not compacted do
             local evs, _, code = w:next()
             if not evs then
@@ -523,6 +523,25 @@ end
 ---------------------------------------------------------------------------
 -- the node
 
+-- The node's own coroutines: one that fails (a bug of baton's, nothing a
+-- job does: jobs run in workers) is logged with its traceback, and one that
+-- serves the node for its whole life is started again a second later,
+-- instead of ending the process and leaving its workers' runs to be ended
+-- by their containment processes.
+local function guarded(self, fn, again)
+  return function(...)
+    while true do
+      local ok, err = xpcall(fn, debug.traceback, ...)
+      if ok then return end
+      log("error", again and "node task failed; starting it again" or "node task failed",
+          { node = self.name, error = err })
+      if not again or self.stopping then return end
+      baton.sleep(1)
+      if self.stopping then return end
+    end
+  end
+end
+
 -- Starts a session, makes it the one the node's runs are fenced by (its
 -- keepalive publishes its deadline on the fence board that each worker's
 -- containment process reads), registers the node on it (replacing the
@@ -538,12 +557,15 @@ local function join(self, old)
   self.s, self.fence_fd, self.fenced, self.registered = s, fd, false, rev
   -- The cluster election: the leader does the housekeeping that needs one
   -- decider (node/leader.lua) until its session ends.
-  baton.go(function()
+  self.go(function()
     local el = baton.election(s, self.P .. "election")
     if el:campaign(self.name) and runs.live(self, s) and not self.stopping then
-      self.leader = {}
+      local term = {}
+      self.leader = term
       log("info", "elected cluster leader", { node = self.name })
-      leader.run(self)
+      -- (leader.run returns when the term ends; a failure in it starts it
+      -- again while the term lasts)
+      self.forever(function() if self.leader == term then leader.run(self) end end)
     end
   end)
   return true
@@ -615,6 +637,8 @@ function M.run(opts)
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
   }
   self.now = baton.now -- corrected from clock.start on (node/clock.lua)
+  self.go = function(fn, ...) return baton.go(guarded(self, fn, false), ...) end
+  self.forever = function(fn, ...) return baton.go(guarded(self, fn, true), ...) end
   self.policy_for = function(spec) return policy_for(self, spec) end
   self.job_view = job_view
   self.decide = function(name, spec, fname, fields, ...) return decide(self, name, spec, fname, fields, ...) end
@@ -628,11 +652,11 @@ function M.run(opts)
   self.nodes[self.name] = { name = self.name, labels = self.labels }
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P })
-  baton.go(fence, self)
-  baton.go(leader.backstop, self)
+  self.forever(fence, self)
+  self.forever(leader.backstop, self)
 
   -- Keep the published node info (running runs) fresh.
-  baton.go(function()
+  self.forever(function()
     local last
     while not self.stopping do
       baton.sleep(1)
@@ -641,8 +665,8 @@ function M.run(opts)
     end
   end)
 
-  baton.go(follow, self)
-  baton.go(timetable_loop, self)
+  self.forever(follow, self)
+  self.forever(timetable_loop, self)
 
   stop(self, baton.signal { "SIGINT", "SIGTERM", "SIGHUP" })
   return true

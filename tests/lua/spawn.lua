@@ -250,12 +250,12 @@ end
 -- misuse raises
 do
   T.error_like(function() baton.spawn("ls") end,
-    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=}",
+    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=}",
     "not a table")
   T.error_like(function() baton.spawn{} end,
     "^baton%.spawn: no command", "empty table")
   T.error_like(function() baton.spawn{"sleep", "1", timeout = 1} end,
-    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio or channel%)",
+    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel or stop_signal%)",
     "timeout is not a spawn option")
   T.error_like(function() baton.spawn{"ls", stdio = "pipe"} end,
     '^baton%.spawn: stdio must be "inherit" or "null" %(got "pipe"%)',
@@ -360,6 +360,30 @@ error("boom")
   T.ok(pgid and within(5, function() return select(2, group(pgid)) == 0 end),
     "the child's whole group was killed")
   os.remove(pids)
+
+  -- stop_signal: what the shutdown sends instead, for a child that must
+  -- clean up (a node's worker containment ends its run's processes).
+  local out = os.tmpname()
+  r = eval([[
+local p = assert(baton.spawn{"sh", "-c",
+  "trap 'echo got TERM > " .. arg[1] .. "; exit 0' TERM; echo ready > " .. arg[1] ..
+  "; while :; do sleep 0.05; done", stdio = "null", stop_signal = "SIGTERM"})
+for _ = 1, 500 do
+  local f = io.open(arg[1])
+  local s = f and f:read("*a")
+  if f then f:close() end
+  if s == "ready\n" then break end
+  baton.sleep(0.01)
+end
+]], nil, out)
+  T.is(r.code, 0, "a script whose child has stop_signal ends")
+  T.ok(within(5, function() return read_file(out) == "got TERM\n" end),
+       "and the child got SIGTERM, not SIGKILL, at the shutdown")
+  os.remove(out)
+  r = eval([[baton.spawn{"true", stop_signal = "SIGNOPE"}]])
+  T.like(r.stderr, "unknown stop_signal 'SIGNOPE'", "an unknown stop_signal is refused")
+  r = eval([[baton.spawn{"true", stop_signal = 9}]])
+  T.like(r.stderr, "stop_signal must be a signal name", "so is a number")
 end
 
 T.done()

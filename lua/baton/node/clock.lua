@@ -254,7 +254,7 @@ local function answerer(self)
             local name = ev.kv.key:sub(#pfx + 1)
             local ok, p = pcall(json.decode, ev.kv.value or "")
             if ok and type(p) == "table" and type(p.t1) == "number" and name ~= "" then
-              baton.go(function()
+              self.go(function()
                 local s = runs.live(self)
                 if not s then return end
                 local t3 = baton.now()
@@ -375,7 +375,7 @@ function M.update(self)
     if not st.publishing and self.publish then
       -- One publisher at a time: two puts in flight could land in either order.
       st.publishing = true
-      baton.go(function()
+      self.go(function()
         while st.dirty and not self.stopping do
           st.dirty = false
           self.publish()
@@ -446,9 +446,9 @@ function M.start(self)
     if st.base then return baton.monotime() + st.base end
     return baton.now()
   end
-  baton.go(sampler, self, self.clock_state)
-  baton.go(answerer, self)
-  baton.go(function()
+  self.forever(sampler, self, self.clock_state)
+  self.forever(answerer, self)
+  self.forever(function()
     while not self.stopping do
       baton.sleep(0.2)
       M.update(self)

@@ -368,7 +368,7 @@ function M.run(self)
   -- ended). A watch that ends, compacted or failed, is made again; the
   -- periodic scan below covers the gap.
   local ended = false
-  baton.go(function()
+  self.forever(function()
     while leading() do
       baton.sleep(0.2)
       if ended then
@@ -377,7 +377,7 @@ function M.run(self)
       end
     end
   end)
-  baton.go(function()
+  self.forever(function()
     while leading() do
       local w = e:watch(P .. "running/", { prefix = true, no_put = true })
       if not w then

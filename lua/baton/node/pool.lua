@@ -30,7 +30,10 @@ local M = {}
 function M.new(node)
   local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
                               busy = {}, queued = {}, freed = baton._cond() }, Pool)
-  baton.go(function()
+  -- (node.forever: a task of the node, started again if it fails; a bare
+  -- table stands for the node in tests)
+  local forever = node.forever or baton.go
+  forever(function()
     while not node.stopping do
       baton.sleep(IDLE_STOP / 4)
       self:trim(IDLE_STOP)
@@ -99,7 +102,11 @@ function Pool:get(run)
     if w.p:done() then w.ch:close(); w = nil end -- it died while idle
   end
   if not w then
-    local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true }
+    -- (Should the node's runtime shut down with workers left, each gets
+    -- SIGUSR1: its containment process ends the run's processes, where
+    -- SIGKILL would leave them behind.)
+    local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true,
+                                 stop_signal = "SIGUSR1" }
     if not p then return nil, err end
     w = { p = p, ch = p.channel }
   end
@@ -147,10 +154,10 @@ function Pool:stop_all()
   for _, w in ipairs(self.idle) do all[#all + 1] = w end
   self.idle = {}
   for w in pairs(self.busy) do all[#all + 1] = w end
-  local done = baton._cond()
+  local done, go = baton._cond(), self.node.go or baton.go
   for _, w in ipairs(all) do
     left = left + 1
-    baton.go(function()
+    go(function()
       self:stop(w)
       left = left - 1
       done:signal()

@@ -44,14 +44,14 @@ function M.follow(self, q)
   self.queues[q] = qs
   local P, e = self.P, self.e
   local prefix = P .. "queue/" .. q .. "/"
-  baton.go(function()
+  self.forever(function()
     while not self.stopping do
       local r, err = e:get(prefix, { prefix = true, sort = "create" })
       if not r then
         log("warn", "listing a queue failed", { queue = q, error = err })
         baton.sleep(1)
       else
-        for _, kv in ipairs(r.kvs) do baton.go(take, self, q, kv.key, kv.value) end
+        for _, kv in ipairs(r.kvs) do self.go(take, self, q, kv.key, kv.value) end
         local w, werr = e:watch(prefix, { prefix = true, start_revision = r.revision + 1 })
         if not w then
           log("warn", "watching a queue failed", { queue = q, error = werr })
@@ -61,7 +61,7 @@ function M.follow(self, q)
             local evs, _, code = w:next(5)
             if not evs and code ~= "ETIMEDOUT" then break end
             for _, ev in ipairs(evs or {}) do
-              if ev.type == "put" then baton.go(take, self, q, ev.kv.key, ev.kv.value) end
+              if ev.type == "put" then self.go(take, self, q, ev.kv.key, ev.kv.value) end
             end
           end
           w:cancel()

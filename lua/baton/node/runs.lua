@@ -410,7 +410,7 @@ function M.cancel_local(self, job, id, by)
       run.cancelled_by = by
       log("info", "run cancelled", { job = job, instant = id, node = self.name, by = by })
       self.pool:interrupt(w)
-      baton.go(function()
+      self.go(function()
         baton.sleep(self.grace)
         if self.pool.busy[w] == run then self.pool:stop(w) end
       end)
