@@ -105,5 +105,39 @@ T.ok(fin, "once n3 is back, the run runs again there")
 T.is(fin and fin.node, "n3", "on n3")
 T.is(fin and fin.attempts[1].state, "lost", "attempt 1 is recorded lost")
 
+-- 3. The only eligible node was cut off while its lost run was handed out:
+-- once it has a session again, it takes the run.
+do
+  local d = N.new("nodetakeover3")
+  local D = beats.new(d.dir)
+  d:start("solo", TTL, "--labels role=solo")
+  d:start("other", TTL)
+  local rev3 = d:put_job("only", ([[
+return { schedule = "@manual", timeout = 60, labels = { role = "solo" },
+         run = function(ctx)
+           assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
+                               ctx.attempt == 1 and "100" or "5", timeout = 60 })
+         end }]]):format(D.script, D.file))
+  T.ok(d:loaded("only", rev3), "job for one node loaded")
+  d:cli("job", "run", "only")
+  T.ok(N.wait(15, function()
+    local r = d:records("only")[1]
+    return r and r.state == "running" and #D:list() > 0
+  end), "it runs on solo")
+  d:signal("solo", "STOP")
+  T.ok(N.wait(TTL + 10, function()
+    local r = d:records("only")[1]
+    return r and r.state == "retrying"
+  end), "solo's lease expired: the run waits for an eligible node")
+  d:signal("solo", "CONT")
+  local done = N.wait(20, function()
+    local r = d:records("only")[1]
+    return r and r.state == "succeeded" and r
+  end)
+  T.ok(done, "back with a new session, solo took the run and finished it")
+  T.is(done and done.attempt, 2, "as attempt 2")
+  d:destroy()
+end
+
 c:destroy()
 T.done()
