@@ -597,12 +597,17 @@ local function fence(self)
       local jok, jerr = join(self, s)
       if jok then
         log("info", "node rejoined", { node = self.name, lease = self.s.lease, old_lease = s.lease })
-        -- Runs handed out while this node could not claim them: its turn
-        -- for them came and went, and no event will come again.
-        local r = self.e:get(self.P .. "pending/", { prefix = true })
-        for _, kv in ipairs(r and r.kvs or {}) do
+        -- Work that came while this node could not claim it: its turn for
+        -- it came and went, and no event will come again.
+        local r = self.e:txn { success = { { get = { key = self.P .. "pending/", prefix = true } },
+                                           { get = { key = self.P .. "trigger/", prefix = true } } } }
+        for _, kv in ipairs(r and r.responses[1].kvs or {}) do
           self.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
         end
+        for _, kv in ipairs(r and r.responses[2].kvs or {}) do
+          self.go(on_trigger, self, kv.key, kv.value)
+        end
+        queue.resync(self)
         break
       end
       log("warn", "rejoin failed; retrying", { node = self.name, error = jerr })

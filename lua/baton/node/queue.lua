@@ -57,6 +57,7 @@ function M.follow(self, q)
           log("warn", "watching a queue failed", { queue = q, error = werr })
           baton.sleep(1)
         else
+          qs.w = w
           while not self.stopping do
             local evs, _, code = w:next(5)
             if not evs and code ~= "ETIMEDOUT" then break end
@@ -64,11 +65,20 @@ function M.follow(self, q)
               if ev.type == "put" then self.go(take, self, q, ev.kv.key, ev.kv.value) end
             end
           end
+          qs.w = nil
           w:cancel()
         end
       end
     end
   end)
+end
+
+-- The node has a session again: every queue is listed again, so tasks it
+-- saw but could not claim while it was fenced get another turn.
+function M.resync(self)
+  for _, qs in pairs(self.queues) do
+    if qs.w then qs.w:cancel() end
+  end
 end
 
 return M
