@@ -469,6 +469,7 @@ local function on_event(self, ev)
       if ok and type(n) == "table" then self.nodes[name] = n end
     else
       self.nodes[name] = nil
+      if name ~= self.name then self.go(leader.node_gone, self) end
     end
   end
 end

@@ -333,6 +333,18 @@ end
 -- by whichever node finds it (check_inflight's compares let only one do it).
 M.BACKSTOP = 0.75
 
+-- A node's registration went (its lease expired or was revoked): its runs
+-- are lost now. Unless the leader has handed them out meanwhile (it goes
+-- first: this waits LOST_DELAY), any node does; so a leader that died
+-- with the node costs no extra wait.
+M.LOST_DELAY = 0.3
+
+function M.node_gone(self)
+  if self.leader then return end
+  baton.sleep(M.LOST_DELAY)
+  if not self.leader then scan_inflight(self, function() return true end) end
+end
+
 function M.backstop(self)
   local since = {}
   while not self.stopping do
