@@ -569,6 +569,46 @@ local function cause_of(node, from, to)
   return best
 end
 
+-- The first moment from t on at which a node that may run job (any node,
+-- or one with the job's labels) is under no fault that keeps it from
+-- running: until then no failover can start, however fast baton is.
+local BLOCKING = { ["node-kill"] = true, ["node-term"] = true, ["node-stop"] = true,
+                   ["node-stall"] = true, ["proxy-freeze"] = true }
+local function eligible_from(job, t)
+  local need, best = labelled_job[job], nil
+  for _, n in ipairs(meta.nodes) do
+    local ok = true
+    for k, v in pairs(need or {}) do if (n.labels or {})[k] ~= v then ok = false end end
+    if ok then
+      local T, moved = t, true
+      while moved do
+        moved = false
+        for _, f in ipairs(node_faults) do
+          local to = f.to or meta["end"]
+          if f.node == n.name and BLOCKING[f.kind] and f.mono <= T and to > T then T, moved = to, true end
+        end
+      end
+      if not best or T < best then best = T end
+    end
+  end
+  return best or t
+end
+
+-- The last resume of an etcd member that was stopped while the lost node's
+-- lease could still be renewed: a stopped member keeps the keepalives it
+-- had received and forwards them when it resumes, so etcd itself may keep
+-- the lease until that resume + TTL, long after the node fenced itself.
+local function stalled_member_resume(t0)
+  local last
+  for _, f in ipairs(etcd_faults) do
+    if f.kind:match("%-stop$") and f.mono <= t0 + TTL and (f.to or meta["end"]) >= t0 - TTL then
+      local to = f.to or meta["end"]
+      if not last or to > last then last = to end
+    end
+  end
+  return last
+end
+
 -- A lost attempt: its claim (the marker of that attempt, from the observer)
 -- was made at `made` and went at `gone` (the lease expired). Its cause is
 -- the latest fault on its node that was on from shortly before the claim
@@ -602,6 +642,17 @@ for key, rec in pairs(records) do
         local nel, last_el = elections_in(t0, En.begin)
         local limit = TTL + 1
         if last_el then limit = math.max(limit, last_el - t0 + TTL + meta.election_timeout + 1) end
+        local why = ""
+        local resumed = stalled_member_resume(t0)
+        if resumed and resumed - t0 + TTL + 1 > limit then
+          limit = resumed - t0 + TTL + 1
+          why = fmt(", a stopped etcd member resumed %.1f s after the fault", resumed - t0)
+        end
+        local avail = eligible_from(key:match("^[^/]+"), t0)
+        if avail - t0 + TTL + 1 > limit then
+          limit = avail - t0 + TTL + 1
+          why = fmt(", no eligible node free of faults until %.1f s after the fault", avail - t0)
+        end
         failovers[#failovers + 1] = d
         if not slowest or d > slowest.d then
           slowest = { d = d, key = key, attempt = a.attempt, elections = nel,
@@ -610,12 +661,12 @@ for key, rec in pairs(records) do
         if d > limit then
           local claimed = marker_made[En.fence]
           violation("failover", "%s attempt %d on %s lost (%s at %+.2f s%s); attempt %d claimed %s, "
-            .. "started %.2f s later on %s (limit %.1f s%s)", key, a.attempt, tostring(a.node),
+            .. "started %.2f s later on %s (limit %.1f s%s%s)", key, a.attempt, tostring(a.node),
             f and (f.kind .. (f.node and (" " .. f.node) or (" member " .. tostring(f.member)))) or "no fault",
             rel(t0), Ea and "" or ", it never executed", a.attempt + 1,
             claimed and fmt("%.2f s later", claimed - t0) or "(not seen)", d, En.node, limit,
             nel > 0 and fmt(", %d election%s, the last %.1f s after the fault", nel,
-                            nel > 1 and "s" or "", last_el - t0) or "")
+                            nel > 1 and "s" or "", last_el - t0) or "", why)
         end
       elseif not En and rec.state ~= "abandoned" then
         local fire = epoch_of(key:match("/(.+)$") or "")
