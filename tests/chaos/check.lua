@@ -555,18 +555,24 @@ local function exec_of(key, attempt)
 end
 -- The fault behind a loss of node's claim between from and to: the latest
 -- fault on the node that was on at some time in between, else the latest
--- etcd fault that was.
+-- etcd fault that was, else a skew of the node's clock (a skew moves the
+-- job's wall clock, not the node's lease timing, so it is the cause only
+-- when nothing else is).
 local function cause_of(node, from, to)
   local function on(f) return f.mono <= to and (f.to or f.mono) >= from end
-  local best
+  local best, skew
   for _, f in ipairs(node_faults) do
-    if f.node == node and on(f) and (not best or f.mono > best.mono) then best = f end
+    if f.node == node and on(f) then
+      if f.kind == "skew" then
+        if not skew or f.mono > skew.mono then skew = f end
+      elseif not best or f.mono > best.mono then best = f end
+    end
   end
   if best then return best end
   for _, f in ipairs(etcd_faults) do
     if on(f) and (not best or f.mono > best.mono) then best = f end
   end
-  return best
+  return best or skew
 end
 
 -- The first moment from t on at which a node that may run job (any node,
