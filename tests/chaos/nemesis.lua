@@ -14,7 +14,8 @@
 -- CHAOS_DIR CHAOS_SEED CHAOS_DURATION CHAOS_QUIET CHAOS_NODES CHAOS_TTL
 -- CHAOS_PROXY CHAOS_ETCD CHAOS_ETCD_DIR CHAOS_ROOT BATON_ENDPOINTS BATON_PREFIX.
 local ROOT = assert(os.getenv("CHAOS_ROOT"), "CHAOS_ROOT is not set")
-package.path = ROOT .. "/tests/chaos/?.lua;" .. package.path
+package.path = ROOT .. "/tests/chaos/?.lua;" .. ROOT .. "/tests/lua/lib/?.lua;" .. package.path
+local files = require "files"
 local jobs = require "jobs"
 local json = baton.json
 local ffi = require "ffi"
@@ -54,14 +55,6 @@ local function write_file(path, s)
   f:write(s)
   f:close()
   assert(os.rename(path .. ".tmp", path))
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
 end
 
 local T0 = baton.monotime() -- until the nodes are up; then the real t0
@@ -205,7 +198,7 @@ local function start_proxy(n)
   n.proxy = spawn_logged(argv, D .. "/proxies/" .. n.name .. ".log")
   pidlog("proxy", n.name, n.proxy.pid)
   for _ = 1, 100 do
-    local s = read_file(portfile)
+    local s = files.read(portfile)
     if s and s:match("%d") then
       local eps = {}
       for port in s:gmatch("%d+") do eps[#eps + 1] = "http://127.0.0.1:" .. port end
