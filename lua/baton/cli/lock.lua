@@ -9,13 +9,21 @@ local baton = require "baton"
 local A = require "baton.cli.args"
 
 local USAGE = "baton lock NAME [--ttl S] [--timeout S] -- CMD [ARGS...]"
+local HELP = [[Holds the lock NAME (etcd's lock recipe, so etcdctl lock interoperates)
+while CMD runs, with BATON_LOCK_KEY and BATON_LOCK_FENCE (the lock key's
+create revision) in its environment, and exits with CMD's status.
+--timeout: seconds to wait for the lock (default: forever); --ttl: the
+session's lease (default 10 s). SIGINT, SIGTERM and SIGHUP are passed on
+to CMD (SIGKILL 10 s later) and the lock is released; baton still exits
+with CMD's status (128 + N when a signal N ended it). If the lock is lost
+while CMD runs, CMD gets SIGTERM and baton exits 1.]]
 local GRACE = 10 -- seconds CMD gets between SIGTERM and SIGKILL
 
 return function(...)
   -- Handle these signals from now on (counted until someone waits), so a
   -- Ctrl-C at any moment still releases what baton holds.
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
-  local opts, pos, cmd = A.parse("lock", USAGE, { ttl = "number", timeout = "number" }, { ... })
+  local opts, pos, cmd = A.parse("lock", USAGE, { ttl = "number", timeout = "number" }, { ... }, HELP)
   local name = pos[1]
   if not name then return A.usage("lock", USAGE, "needs a NAME") end
   if name == "" then return A.usage("lock", USAGE, "NAME must not be empty") end

@@ -11,6 +11,9 @@ local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 
 local USAGE = "baton nodes [--json]"
+local HELP = [[The live nodes under <prefix>nodes/: name, version, running runs, start time,
+labels, and the clock's offset against the cluster's (! beyond its
+--max-skew, ? not measured yet).]]
 
 -- The OFFSET cell of a node's published clock.
 local function offset(k)
@@ -29,7 +32,7 @@ local function count(v)
 end
 
 return function(...)
-  local opts, pos = A.parse("nodes", USAGE, { json = "flag" }, { ... })
+  local opts, pos = A.parse("nodes", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] then return A.usage("nodes", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local pfx = U.key("nodes") .. "/"
   local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
