@@ -46,7 +46,7 @@ M.RETRY_DEFAULTS = RETRY_DEFAULTS
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
-  "on_node_loss", "labels", "description", "run",
+  "on_node_loss", "labels", "params", "description", "run",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -58,7 +58,7 @@ local ENUMS = {
 local ALIASES = {
   tz = "timezone", zone = "timezone", time_zone = "timezone", cron = "schedule",
   retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
-  concurrency_policy = "concurrency", node_selector = "labels", params = "shard_params",
+  concurrency_policy = "concurrency", node_selector = "labels", parameters = "params",
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
@@ -459,6 +459,33 @@ local function validate(t, name)
     end
   end
   spec.labels = labels
+
+  -- params: the parameters a manual run may give (baton job run --param
+  -- k=v), with their defaults; every run gets them in ctx.params
+  local params = {}
+  if t.params ~= nil then
+    local e = want_type(t.params, "table")
+    if e then return field("params", e) end
+    local pk = {}
+    for k in pairs(t.params) do pk[#pk + 1] = k end
+    sort(pk, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(pk) do
+      local v = t.params[k]
+      if type(k) ~= "string" then
+        return field("params", format("key %s is a %s; params map names to default values, {region = \"eu\"}",
+          tostring(k), type(k)))
+      end
+      if not k:find("^[%a_][%w_]*$") then
+        return field("params", format("%s is not a parameter name (letters, digits and '_', "
+          .. "not starting with a digit)", qs(k)))
+      end
+      if type(v) ~= "string" then
+        return field("params", format("the default of %s must be a string, got %s", qs(k), typename(v)))
+      end
+      params[k] = v
+    end
+  end
+  spec.params = params
   return spec
 end
 
