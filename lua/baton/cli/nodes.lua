@@ -1,6 +1,7 @@
 -- baton nodes [--json]: the live nodes, from the JSON each one keeps at
 -- P nodes/<name> on its session lease: {name, labels, version, running,
--- started, clock, max_skew}. No nodes: prints nothing and exits 0.
+-- started, clock, max_skew}. No nodes: says so on stderr (a wrong --prefix
+-- is the usual reason) and exits 0.
 --
 -- OFFSET is the node's clock against the cluster's (node/clock.lua):
 -- "+2.003s±0.002" (seconds ahead, +- the error bound), "!" after it when
@@ -53,6 +54,9 @@ return function(...)
       type(started) == "number" and U.instant(started) or "-", #l > 0 and table.concat(l, ",") or "-",
       offset(U.field(v, "clock")),
     }
+  end
+  if #list == 0 and not opts.json then
+    io.stderr:write("baton: nodes: no live nodes under ", pfx, " (is --prefix right?)\n")
   end
   if opts.json then
     U.print_json(baton.json.array(list))
