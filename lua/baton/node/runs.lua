@@ -76,7 +76,7 @@ function M.cancel_value(reason, by)
 end
 
 -- A cancel/ key's value as {reason=, by=}. (A value that is not JSON is
--- the id of the run that replaces it, as nodes before 0.2 wrote it.)
+-- the id of the run that replaces it, as earlier versions wrote it.)
 function M.cancel_request(value)
   local ok, v = pcall(json.decode, value or "")
   if ok and type(v) == "table" and type(v.reason) == "string" then
