@@ -670,7 +670,8 @@ static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
       watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL,
                     l.compact_revision, msg);
       watch_stop(w);
-    } else if (contains(reason, "Unauthenticated") || contains(reason, "auth")) {
+    } else if (contains(reason, "Unauthenticated") || contains(reason, "auth") ||
+               contains(reason, "user name is empty")) {
       if (w->c->user && !w->reauthed) {
         w->reauthed = 1;
         free(w->c->token);

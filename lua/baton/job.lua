@@ -71,8 +71,10 @@ function M.valid_name(s)
   return type(s) == "string" and #s <= 200 and s:find(NAME_PATTERN) ~= nil
 end
 
+-- The edit distance of a and b, a swap of two neighbours counting as one
+-- edit ("hsah" is one from "hash"): optimal string alignment.
 local function levenshtein(a, b)
-  local prev, cur = {}, {}
+  local older, prev, cur = {}, {}, {}
   for j = 0, #b do prev[j] = j end
   for i = 1, #a do
     cur[0] = i
@@ -82,9 +84,13 @@ local function levenshtein(a, b)
       local d = prev[j] + 1
       if cur[j - 1] + 1 < d then d = cur[j - 1] + 1 end
       if prev[j - 1] + cost < d then d = prev[j - 1] + cost end
+      if i > 1 and j > 1 and ca == byte(b, j - 1) and byte(a, i - 1) == byte(b, j)
+         and older[j - 2] + 1 < d then
+        d = older[j - 2] + 1
+      end
       cur[j] = d
     end
-    prev, cur = cur, prev
+    older, prev, cur = prev, cur, older
   end
   return prev[#b]
 end

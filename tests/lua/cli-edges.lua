@@ -75,7 +75,7 @@ do
   out, _, code = cli("eval", s, "--help")
   T.is(code .. "|" .. out, "0|--help\n", "eval FILE --help: --help is the script's argument")
   -- After --, --help is CMD's.
-  out, _, code = cli("lock", P .. "lk", "--", "echo", "--help")
+  out, _, code = cli("lock", P .. "lk", "--", "printf", "%s\n", "--help")
   T.is(code .. "|" .. out, "0|--help\n", "lock NAME -- CMD --help: --help is CMD's")
 end
 
