@@ -38,14 +38,15 @@ end
 -- Waits until job has a running run whose processes wrote their pids;
 -- returns its record and the pids.
 local function started(job, dir)
-  return N.wait(20, function()
+  local got = N.wait(20, function()
     local r = c:records(job)[1]
     if not (r and r.state == "running") then return end
     local p1, p2 = F.read(dir .. "/pid1"), F.read(dir .. "/pid2")
     if p1 and p2 and p1:match("%d+\n") and p2:match("%d+\n") then
-      return r, tonumber(p1:match("%d+")), tonumber(p2:match("%d+"))
+      return { r, tonumber(p1:match("%d+")), tonumber(p2:match("%d+")) }
     end
-  end)
+  end) or {}
+  return got[1], got[2], got[3]
 end
 
 -- 1. A run whose processes ignore SIGTERM, one of them in a session of its
@@ -68,6 +69,7 @@ return { schedule = "@manual", timeout = 120, retry = { attempts = 2, backoff = 
   T.like(id or "", "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$", "job run prints the run id, with milliseconds")
   local rec, pid1, pid2 = started("stubborn", dir)
   T.ok(rec, "the run started, its processes wrote their pids")
+  T.ok(pid1 and not gone(pid1) and pid2 and not gone(pid2), "they are alive before the kill")
   T.is(rec and rec.id, id, "under the id job run printed")
   local t0 = baton.monotime()
   out, err, code = cli("job", "kill", "stubborn")
@@ -141,6 +143,30 @@ return { schedule = "@manual", timeout = 120,
   local r = rec_of("polite", id)
   T.is(r and r.state, "killed", "recorded killed (not succeeded, though run returned)")
   T.is(r and r.killed_by, WHO, "with who asked")
+end
+
+-- 4. A stop request that is there when an attempt is claimed (the run
+-- failed and waited for its retry meanwhile): the attempt does not start,
+-- the run is recorded killed.
+do
+  local ran = c.dir .. "/ran-"
+  local rev = c:put_job("flaky", ([[
+return { schedule = "@manual", retry = { attempts = 1, backoff = 2, jitter = 0 },
+         run = function(ctx)
+           local f = io.open(%q .. ctx.attempt, "w"); f:write("x"); f:close()
+           error("attempt " .. ctx.attempt .. " fails")
+         end }]]):format(ran))
+  T.ok(c:loaded("flaky", rev), "both nodes loaded the flaky job")
+  local out = cli("job", "run", "flaky")
+  local id = out:match(": run (%S+);")
+  T.ok(N.wait(15, function() local r = rec_of("flaky", id); return r and r.state == "retrying" end),
+    "attempt 1 failed, the run waits for its retry")
+  assert(e:put(P .. "cancel/flaky/" .. id, baton.json.encode { reason = "killed by " .. WHO, by = WHO }))
+  local r = N.wait(15, function() local x = rec_of("flaky", id); return x and x.state == "killed" and x end)
+  T.ok(r, "at its retry, the run is recorded killed")
+  T.is(r and r.killed_by, WHO, "with who asked")
+  T.is(F.read(ran .. "2"), nil, "attempt 2 did not start")
+  T.is(assert(e:get(P .. "cancel/flaky/" .. id)).count, 0, "the request is gone with the run")
 end
 
 c:destroy()
