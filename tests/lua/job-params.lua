@@ -84,6 +84,9 @@ do
   T.is(p and p.day, "2026-11-28", "ctx.params.day too")
   T.is(rec and rec.params and rec.params.region, "us", "the record has the params")
   T.is(rec and rec.params and rec.params.day, "2026-11-28", "all of them")
+  local h = cli("job", "history", "report")
+  T.like(h, "\n" .. (id or "?"):gsub("%p", "%%%0") .. "  a1 +1 +succeeded ",
+    "job history shows the manual run's id, with its milliseconds")
 
   o = cli("job", "run", "report", "--param", "region=ap")
   id = o:match(": run (%S+),")
@@ -139,9 +142,11 @@ do
   cli("job", "pause", "report")
 end
 
--- 5. job show lists the parameters; job put refuses bad ones.
+-- 5. job show and baton check list the parameters; job put refuses bad ones.
 do
-  local o = cli("job", "show", "report")
+  local o = cli("check", c.dir .. "/report.lua")
+  T.like(o, "^ok: job report, .-, labels zone=a, params day,region\n", "baton check names the params")
+  o = cli("job", "show", "report")
   T.like(o, '\nparams: +day="" region="eu" %(defaults; baton job run %-%-param k=v%)\n', "job show lists the params")
   local f = c.dir .. "/badparams.lua"
   F.write(f, 'return { schedule = "@manual", params = { region = 1 }, run = function() end }')

@@ -37,6 +37,7 @@ local function summary(spec)
     for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
     parts[#parts + 1] = "labels " .. table.concat(l, ",")
   end
+  if next(spec.params) then parts[#parts + 1] = "params " .. table.concat(U.sorted_keys(spec.params), ",") end
   return table.concat(parts, ", ")
 end
 
