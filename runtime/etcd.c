@@ -144,6 +144,17 @@ int bt_etcd_map_error(long status, const char *body, size_t len, char *msg,
   return err;
 }
 
+/* Writes what to say when etcd refuses a request for want of
+ * authentication and this client has no user to authenticate as. */
+static void no_user_text(const bt_etcd_t *c, char *text, size_t len) {
+  if (c->password)
+    snprintf(text, len, "etcd requires authentication: a password was given without a user: "
+             "give --user or BATON_USER too");
+  else
+    snprintf(text, len, "etcd requires authentication: give --user/--password or "
+             "BATON_USER/BATON_PASSWORD");
+}
+
 int bt_etcd_parse_endpoints(const char *list, char ***out, char *msg,
                             size_t msglen) {
   char **eps = NULL;
@@ -356,6 +367,7 @@ static void on_call_http(bt_http_req_t *req, int err, long status,
     call->ep = (call->ep + 1) % c->neps;
     if (call_send(call) == 0) return;
   }
+  if (err == BT_EAUTH && !c->user) no_user_text(c, text, sizeof(text));
   snprintf(msg, sizeof(msg), "etcd %s: %s", ep, text);
   j = cJSON_ParseWithLength(body, len);
   call_done(call, err, j, msg);
@@ -478,8 +490,10 @@ static void on_auth(const bt_etcd_res_t *res, void *arg) {
   if (res->err == BT_ECANCELED) return;
   snprintf(msg, sizeof(msg), "etcd %s: authentication failed for user \"%s\": %s",
            res->endpoint, c->user,
-           res->err == BT_EAUTH || res->err == BT_EINVAL ?
-             "wrong user name or password" : res->msg);
+           res->err != BT_EAUTH && res->err != BT_EINVAL ? res->msg :
+           !c->password || !c->password[0] ?
+             "no password given: give --password or BATON_PASSWORD" :
+             "wrong user name or password");
   for (call = c->calls; call; call = next) {
     next = call->next;
     if (call->waiting_auth) call_done(call, BT_EAUTH, NULL, msg);
@@ -656,15 +670,18 @@ static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
       watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL,
                     l.compact_revision, msg);
       watch_stop(w);
-    } else if (contains(reason, "Unauthenticated") || contains(reason, "auth")) {
+    } else if (contains(reason, "Unauthenticated") || contains(reason, "auth") ||
+               contains(reason, "user name is empty")) {
       if (w->c->user && !w->reauthed) {
         w->reauthed = 1;
         free(w->c->token);
         w->c->token = NULL;
         ret = 1;
       } else {
+        char text[TEXTLEN];
+        if (!w->c->user) no_user_text(w->c, text, sizeof(text));
         snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", w->c->eps[w->ep],
-                 reason);
+                 w->c->user ? reason : text);
         watch_deliver(w, BT_WATCH_ERROR,
                       contains(reason, "permission") ? BT_EACCES : BT_EAUTH,
                       NULL, 0, msg);
@@ -750,6 +767,7 @@ static void on_watch_done(bt_http_req_t *req, int err, long status,
   }
   if (!err && status != 200) {
     err = bt_etcd_map_error(status, body, len, text, sizeof(text));
+    if (err == BT_EAUTH && !w->c->user) no_user_text(w->c, text, sizeof(text));
     snprintf(msg, sizeof(msg), "etcd %s: %s", w->c->eps[w->ep], text);
     if (err == BT_EAUTH && w->c->user && !w->reauthed) {
       w->reauthed = 1;

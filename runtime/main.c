@@ -22,6 +22,7 @@ static const char usage[] =
   "usage: baton [global flags] COMMAND [ARGS...]\n"
   "\n"
   "commands:\n"
+  "  help [COMMAND]                  this, or a command's help (also COMMAND --help)\n"
   "  version                         print the version\n"
   "  eval FILE.lua [ARGS...]         run a script with the Lua API\n"
   "  cron EXPR [--tz ZONE] [-n N] [--from TIME]   print the next fire times\n"
@@ -29,13 +30,15 @@ static const char usage[] =
   "                                  hold NAME (etcdctl-compatible) while CMD runs\n"
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
-  "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]\n"
-  "                                  run a scheduler node\n"
+  "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N]\n"
+  "       [--max-skew S]             run a scheduler node\n"
   "  check FILE.lua                  validate a job or policy file: next 5 fires,\n"
   "                                  or a policy's decisions on a sample cluster\n"
   "  job put FILE.lua [--name NAME]  check, then store at <prefix>jobs/<NAME>\n"
   "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
-  "  job run NAME [--force] | pause NAME | resume NAME\n"
+  "  job run NAME [--force] [--param k=v ...]   trigger one run now\n"
+  "  job kill NAME [ID]              stop a running run and its processes\n"
+  "  job pause NAME | resume NAME\n"
   "  policy put FILE.lua [--name NAME]  check, then store at <prefix>policies/<NAME>\n"
   "  policy ls | show NAME | rm NAME\n"
   "  queue push QUEUE VALUE          add a task to a queue\n"
@@ -134,6 +137,12 @@ static int run_main(bt_rt_t *rt, int nargs) {
   return status;
 }
 
+static const char eval_usage[] = "usage: baton eval FILE.lua [ARGS...]\n";
+
+static int is_help(const char *a) {
+  return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
+
 int bt_cli_eval(int argc, char **argv) {
   bt_rt_t *rt;
   lua_State *L;
@@ -142,8 +151,15 @@ int bt_cli_eval(int argc, char **argv) {
 
   while (i < argc && (r = global_flag(argc, argv, &i)) != 0)
     if (r < 0) return 2;
+  /* (only in FILE's place: after FILE, --help is the script's argument) */
+  if (i < argc && is_help(argv[i])) {
+    printf("%s\nRuns FILE.lua as the main coroutine with the whole Lua API (docs/lua-api.md);\n"
+           "ARGS are in the global arg (arg[0] is FILE). The script ends with baton.exit(N)\n"
+           "or when its coroutines are done; an uncaught error exits 1.\n", eval_usage);
+    return 0;
+  }
   if (i >= argc) {
-    fprintf(stderr, "baton: eval needs a FILE\nusage: baton eval FILE.lua [ARGS...]\n");
+    fprintf(stderr, "baton: eval needs a FILE\n%s", eval_usage);
     return 2;
   }
   file = argv[i++];
@@ -202,7 +218,12 @@ static int cli_lua(int argc, char **argv) {
 /* baton worker: a pooled worker of baton node, below its containment
  * process (contain.h), which this call starts and only the worker leaves. */
 static int cli_worker(int argc, char **argv) {
-  int e = bt_contain_worker();
+  int e;
+  if (argc > 1 && is_help(argv[1])) {
+    printf("usage: baton worker\n\nA worker process of baton node, which starts it; not for direct use.\n");
+    return 0;
+  }
+  e = bt_contain_worker();
   if (e) {
     fprintf(stderr, "baton: worker: cannot contain the run's processes: %s\n",
             bt_strerror(e));
@@ -212,6 +233,10 @@ static int cli_worker(int argc, char **argv) {
 }
 
 static int cli_version(int argc, char **argv) {
+  if (argc > 1 && is_help(argv[1])) {
+    printf("usage: baton version\n\nPrints baton's version.\n");
+    return 0;
+  }
   printf("baton %s\n", BATON_VERSION);
   return 0;
 }
@@ -235,9 +260,38 @@ static const struct {
   {"leader", cli_lua},
 };
 
+/* Runs the command argv[0] with argc - 1 arguments; 2 if there is none. */
+static int run_command(int argc, char **argv) {
+  size_t c;
+  for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+    if (strcmp(argv[0], commands[c].name) == 0) {
+      config_defaults();
+      return commands[c].fn(argc, argv);
+    }
+  }
+  fprintf(stderr, "baton: unknown command \"%s\"\n%s", argv[0], usage);
+  return 2;
+}
+
+/* baton help COMMAND [SUBCOMMAND...]: COMMAND [SUBCOMMAND...] --help. */
+static int cli_help(int argc, char **argv) {
+  char **args;
+  int i, r;
+  if (argc < 2) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  args = calloc((size_t)argc + 1, sizeof(*args));
+  if (!args) return 1;
+  for (i = 1; i < argc; i++) args[i - 1] = argv[i];
+  args[argc - 1] = "--help";
+  r = run_command(argc, args);
+  free(args);
+  return r;
+}
+
 int main(int argc, char **argv) {
   int i = 1, r;
-  size_t c;
 
   while (i < argc && (r = global_flag(argc, argv, &i)) != 0)
     if (r < 0) return 2;
@@ -245,18 +299,11 @@ int main(int argc, char **argv) {
     fputs(usage, stderr);
     return 2;
   }
-  if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") ||
-      !strcmp(argv[i], "help")) {
+  if (is_help(argv[i])) {
     fputs(usage, stdout);
     return 0;
   }
+  if (!strcmp(argv[i], "help")) return cli_help(argc - i, argv + i);
   if (!strcmp(argv[i], "--version")) return cli_version(0, NULL);
-  for (c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
-    if (strcmp(argv[i], commands[c].name) == 0) {
-      config_defaults();
-      return commands[c].fn(argc - i, argv + i);
-    }
-  }
-  fprintf(stderr, "baton: unknown command \"%s\"\n%s", argv[i], usage);
-  return 2;
+  return run_command(argc - i, argv + i);
 }

@@ -46,7 +46,7 @@ M.RETRY_DEFAULTS = RETRY_DEFAULTS
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
-  "on_node_loss", "labels", "description", "run",
+  "on_node_loss", "labels", "params", "description", "run",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -58,7 +58,7 @@ local ENUMS = {
 local ALIASES = {
   tz = "timezone", zone = "timezone", time_zone = "timezone", cron = "schedule",
   retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
-  concurrency_policy = "concurrency", node_selector = "labels", params = "shard_params",
+  concurrency_policy = "concurrency", node_selector = "labels", parameters = "params",
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
@@ -71,8 +71,10 @@ function M.valid_name(s)
   return type(s) == "string" and #s <= 200 and s:find(NAME_PATTERN) ~= nil
 end
 
+-- The edit distance of a and b, a swap of two neighbours counting as one
+-- edit ("hsah" is one from "hash"): optimal string alignment.
 local function levenshtein(a, b)
-  local prev, cur = {}, {}
+  local older, prev, cur = {}, {}, {}
   for j = 0, #b do prev[j] = j end
   for i = 1, #a do
     cur[0] = i
@@ -82,9 +84,13 @@ local function levenshtein(a, b)
       local d = prev[j] + 1
       if cur[j - 1] + 1 < d then d = cur[j - 1] + 1 end
       if prev[j - 1] + cost < d then d = prev[j - 1] + cost end
+      if i > 1 and j > 1 and ca == byte(b, j - 1) and byte(a, i - 1) == byte(b, j)
+         and older[j - 2] + 1 < d then
+        d = older[j - 2] + 1
+      end
       cur[j] = d
     end
-    prev, cur = cur, prev
+    older, prev, cur = prev, cur, older
   end
   return prev[#b]
 end
@@ -459,6 +465,33 @@ local function validate(t, name)
     end
   end
   spec.labels = labels
+
+  -- params: the parameters a manual run may give (baton job run --param
+  -- k=v), with their defaults; every run gets them in ctx.params
+  local params = {}
+  if t.params ~= nil then
+    local e = want_type(t.params, "table")
+    if e then return field("params", e) end
+    local pk = {}
+    for k in pairs(t.params) do pk[#pk + 1] = k end
+    sort(pk, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(pk) do
+      local v = t.params[k]
+      if type(k) ~= "string" then
+        return field("params", format("key %s is a %s; params map names to default values, {region = \"eu\"}",
+          tostring(k), type(k)))
+      end
+      if not k:find("^[%a_][%w_]*$") then
+        return field("params", format("%s is not a parameter name (letters, digits and '_', "
+          .. "not starting with a digit)", qs(k)))
+      end
+      if type(v) ~= "string" then
+        return field("params", format("the default of %s must be a string, got %s", qs(k), typename(v)))
+      end
+      params[k] = v
+    end
+  end
+  spec.params = params
   return spec
 end
 

@@ -169,9 +169,8 @@ local function on_trigger(self, key, value)
   if delay == nil then return end
   if delay > 0 then baton.sleep(delay) end
   if self.stopping then return end
-  local ms = math.floor(at * 1000) % 1000
-  local run = { job = name, id = util.instant(at):sub(1, -2) .. string.format(".%03dZ", ms),
-                fire = at, spec = j.spec, manual = true }
+  local run = { job = name, id = util.manual_id(at), fire = at, spec = j.spec, manual = true,
+                params = type(req.params) == "table" and req.params or nil }
   runs.start(self, run, {
     force = req.force == true,
     extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
@@ -279,11 +278,13 @@ end
 ---------------------------------------------------------------------------
 -- the job store
 
--- Writes this node's status of a job; during a listing the writes are
--- gathered (self.status_batch) and sent in transactions of 128.
-local function put_status(self, name, rev, err)
+-- Writes this node's status of a job (with the revision it still runs
+-- when rev was rejected); during a listing the writes are gathered
+-- (self.status_batch) and sent in transactions of 128.
+local function put_status(self, name, rev, err, running)
   local key = self.P .. "status/" .. name .. "/" .. self.name
-  local value = json.encode { revision = rev, error = err or json.null, time = baton.now() }
+  local value = json.encode { revision = rev, error = err or json.null, running = running,
+                              time = baton.now() }
   if self.status_batch then
     table.insert(self.status_batch, { put = { key = key, value = value } })
   else
@@ -311,7 +312,7 @@ local function apply_job(self, name, source, rev)
       log("error", "job rejected; keeping the last good version", {
         job = name, revision = rev, error = err,
         running = cur and cur.spec.revision or json.null })
-      put_status(self, name, rev, err)
+      put_status(self, name, rev, err, cur and cur.spec.revision)
     end
     return
   end

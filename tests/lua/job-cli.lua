@@ -169,7 +169,11 @@ do
   T.is(list and list[2].error, "pg_dump exited 1", "history --json: with their fields")
   T.is(list and list[1].key, i3, "history --json: and the instant of the run key")
   out, err, code = run("job", "history", "nobody")
-  T.is(code .. "|" .. out .. "|" .. err, "0||", "history of a job without records: nothing, exit 0")
+  T.is(code .. "|" .. out, "1|", "history of a job that is not there and has no records: exit 1")
+  T.is(err, "baton: job history nobody: ENOENT: no job nobody at " .. P .. "jobs/nobody\n", "naming it")
+  out, err, code = run("job", "history", "nightly2")
+  T.is(code, 0, "history of a removed job whose records are kept: exit 0")
+  T.like(out, "\n" .. lit(os.date("!%Y-%m-%dT%H:%M:%SZ", day + 3 * 86400)) .. "  n1 ", "with its records")
   _, err, code = run("job", "history", "nightly", "-n", "x")
   T.is(code, 2, "history -n x: usage error")
 end
@@ -248,8 +252,12 @@ do
   T.like((run("job", "show", "nightly")), "\nnext: +%d%d%d%d%-%d%d%-%d%dT02:00:00%+08:00\n", "show: next instant once resumed")
 end
 
--- 6. job run (a trigger request for the node)
+-- 6. job run (a trigger request for the node), with a live node that has
+-- the job's labels (region=eu)
 do
+  local lease = assert(e:grant(30))
+  assert(e:put(P .. "nodes/n-eu", baton.json.encode { name = "n-eu", labels = { region = "eu" } },
+               { lease = lease }))
   local out, _, code = run("job", "run", "nightly")
   T.is(code, 0, "run: exit 0")
   local key = out:match("%((" .. lit(P) .. "trigger/nightly/%d+%-%x+)%)")
@@ -265,6 +273,10 @@ do
   local _, err, code2 = run("job", "run", "ghost")
   T.is(code2, 1, "run: no such job exits 1")
   T.like(err, "ENOENT: no job ghost", "run: says so")
+  assert(lease:revoke())
+  _, err, code2 = run("job", "run", "nightly")
+  T.is(code2, 1, "run: no live node exits 1")
+  T.like(err, "^baton: job run nightly: no node is live under ", "run: says so")
 end
 
 -- 7. job rm
@@ -330,7 +342,8 @@ end
 -- 10. nodes and leader
 do
   local out, err, code = run("nodes")
-  T.is(code .. "|" .. out .. "|" .. err, "0||", "nodes: none, nothing printed, exit 0")
+  T.is(code .. "|" .. out, "0|", "nodes: none, nothing on stdout, exit 0")
+  T.is(err, "baton: nodes: no live nodes under " .. P .. "nodes/ (is --prefix right?)\n", "nodes: says so on stderr")
   out, err, code = run("leader")
   T.is(code, 1, "leader: none, exit 1")
   T.is(err, "baton: leader: no leader (nothing under " .. P .. "election/)\n", "leader: says so")

@@ -97,18 +97,43 @@ do
   T.ok(tonumber(r2.stdout) > tonumber(fence or "0"), "the next holder's fence is larger")
 end
 
--- 4. SIGTERM to baton lock: passed on to CMD, lock released, exit 143.
-do
-  local name = N .. "/d"
-  local got = tmp .. "/term-d"
-  local bl = start("baton-d", BATON .. " lock " .. q(name) .. " -- sh -c " ..
-                   q("trap 'echo term > " .. got .. "; exit 0' TERM; touch " .. got .. ".up; while :; do sleep 0.1; done"))
-  T.ok(wait_for(got .. ".up", nil, 20), "CMD is running under the lock")
-  bl:kill("SIGTERM")
+-- 4. SIGTERM or SIGINT to baton lock: passed on to CMD, lock released, and
+-- baton exits with CMD's status, as documented: 0 when CMD handles the
+-- signal and exits 0, 128 + N when the signal ends CMD.
+for _, case in ipairs {
+  { sig = "SIGTERM", trap = "TERM", tag = "d", code = 0, what = "CMD handled it and exited 0" },
+  { sig = "SIGINT", trap = "INT", tag = "d2", code = 3, what = "CMD handled it and exited 3" },
+  { sig = "SIGINT", tag = "d3", code = 130, what = "CMD died of it: 128 + 2, as a shell says" },
+} do
+  local name = N .. "/" .. case.tag
+  local got = tmp .. "/sig-" .. case.tag
+  local script = case.trap
+    and ("trap 'echo got > " .. got .. "; exit " .. case.code .. "' " .. case.trap .. "; ")
+    or "" -- (sh dies of SIGINT: it is not interactive and set no trap)
+  local bl = start("baton-" .. case.tag, BATON .. " lock " .. q(name) .. " -- sh -c " ..
+                   q(script .. "touch " .. got .. ".up; while :; do sleep 0.1; done"))
+  T.ok(wait_for(got .. ".up", nil, 20), case.sig .. ": CMD is running under the lock")
+  bl:kill(case.sig)
   local r = bl:wait(20)
-  T.is(r and r.code, 143, "baton exits 128 + SIGTERM")
-  T.ok(wait_for(got, "term", 5), "CMD got SIGTERM")
-  T.is(assert(e:get(name .. "/", { prefix = true })).count, 0, "the lock was released")
+  T.is(r and r.code, case.code, case.sig .. ": baton exits with CMD's status (" .. case.what .. ")")
+  if case.trap then T.ok(wait_for(got, "got", 5), case.sig .. ": CMD got it") end
+  T.is(assert(e:get(name .. "/", { prefix = true })).count, 0, case.sig .. ": the lock was released")
+end
+
+-- 4b. A signal while baton still waits for the lock: exit 128 + N.
+do
+  local name = N .. "/d4"
+  local s = assert(baton.session { ttl = 10 })
+  local m = baton.mutex(s, name)
+  assert(m:lock())
+  local bl, _, berr = start("baton-d4", BATON .. " lock " .. q(name) .. " -- true")
+  baton.sleep(1)
+  bl:kill("SIGINT")
+  local r = bl:wait(20)
+  T.is(r and r.code, 130, "SIGINT while waiting for the lock: exit 130")
+  T.is(read(berr), "", "quietly")
+  m:unlock()
+  s:close()
 end
 
 -- 5. The lock is lost while CMD runs: CMD gets SIGTERM, baton exits 1.

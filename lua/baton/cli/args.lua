@@ -9,6 +9,20 @@ function M.usage(cmd, usage, msg)
   baton.exit(2)
 end
 
+-- Prints the help of a command on stdout: its usage line(s), then what it
+-- does (text, optional), and exits 0.
+function M.help(usage, text)
+  io.stdout:write("usage: ", usage, "\n")
+  if text and text ~= "" then io.stdout:write("\n", text, text:sub(-1) == "\n" and "" or "\n") end
+  io.stdout:flush()
+  baton.exit(0)
+end
+
+-- True if a is a request for help: -h or --help.
+function M.is_help(a)
+  return a == "--help" or a == "-h"
+end
+
 -- Prints "baton: <msg>" and exits with status (1 by default).
 function M.die(msg, status)
   io.stderr:write("baton: ", msg, "\n")
@@ -17,9 +31,11 @@ function M.die(msg, status)
 end
 
 -- Parses flags (spec: name -> "number" (seconds > 0) | "count" (integer >= 1)
--- | "string" | "flag") until "--" or the end.
+-- | "string" | "flag" | "list" (repeatable: a list of the values given))
+-- until "--" or the end. -h or --help before "--" prints the command's help
+-- (M.help with usage and help) and exits 0.
 -- Returns opts, positional args, and the arguments after "--" (or nil).
-function M.parse(cmd, usage, spec, argv)
+function M.parse(cmd, usage, spec, argv, help)
   local opts, pos, rest = {}, {}, nil
   local i = 1
   while i <= #argv do
@@ -29,6 +45,7 @@ function M.parse(cmd, usage, spec, argv)
       for k = i + 1, #argv do rest[#rest + 1] = argv[k] end
       break
     end
+    if M.is_help(a) then return M.help(usage, help) end
     local name, value = a:match("^%-%-([%w-]+)=(.*)$")
     name = name or a:match("^%-%-([%w-]+)$") or a:match("^%-(%a)$")
     if name and spec[name] then
@@ -42,6 +59,9 @@ function M.parse(cmd, usage, spec, argv)
         end
         if spec[name] == "string" then
           opts[name] = value
+        elseif spec[name] == "list" then
+          opts[name] = opts[name] or {}
+          table.insert(opts[name], value)
         elseif spec[name] == "count" then
           local n = tonumber(value)
           if not n or n < 1 or n ~= math.floor(n) then

@@ -12,6 +12,11 @@ local job = require "baton.job"
 local policy = require "baton.policy"
 
 local USAGE = "baton check FILE.lua"
+local HELP = [[Validates a job file as baton job put and the nodes do (compile from source,
+spec), then prints a one-line summary and the next 5 instants; writes
+nothing. A scheduling policy file is checked as baton policy put checks it:
+its self-test, then its decisions on a sample cluster. Exit 0 when valid,
+1 with the error.]]
 
 -- One line describing a valid spec.
 local function summary(spec)
@@ -32,6 +37,7 @@ local function summary(spec)
     for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
     parts[#parts + 1] = "labels " .. table.concat(l, ",")
   end
+  if next(spec.params) then parts[#parts + 1] = "params " .. table.concat(U.sorted_keys(spec.params), ",") end
   return table.concat(parts, ", ")
 end
 
@@ -65,7 +71,7 @@ local function check_policy(file, source, name)
 end
 
 return function(...)
-  local _, pos = A.parse("check", USAGE, {}, { ... })
+  local _, pos = A.parse("check", USAGE, {}, { ... }, HELP)
   local file = pos[1]
   if not file then return A.usage("check", USAGE, "needs a FILE") end
   if pos[2] then return A.usage("check", USAGE, "unexpected argument \"" .. pos[2] .. "\"") end

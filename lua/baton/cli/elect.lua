@@ -6,6 +6,11 @@ local baton = require "baton"
 local A = require "baton.cli.args"
 
 local USAGE = "baton elect NAME PROPOSAL [--ttl S] | baton elect -l NAME"
+local HELP = [[Campaigns for NAME with PROPOSAL (etcd's election recipe, so etcdctl elect
+interoperates), prints the leader key and value once elected, and holds
+the leadership until SIGINT or SIGTERM, then resigns. --ttl is the session's
+lease (default 60 s). With -l, prints each leader's key and value as it
+changes.]]
 
 local function out(...)
   io.stdout:write(...)
@@ -29,7 +34,7 @@ return function(...)
   -- Handle these signals from now on (counted until someone waits), so a
   -- Ctrl-C at any moment still releases what baton holds.
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
-  local opts, pos = A.parse("elect", USAGE, { ttl = "number", l = "flag", listen = "flag" }, { ... })
+  local opts, pos = A.parse("elect", USAGE, { ttl = "number", l = "flag", listen = "flag" }, { ... }, HELP)
   local name = pos[1]
   if not name then return A.usage("elect", USAGE, "needs a NAME") end
   if name == "" then return A.usage("elect", USAGE, "NAME must not be empty") end

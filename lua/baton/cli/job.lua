@@ -1,16 +1,22 @@
--- baton job put|ls|show|rm|run|pause|resume|history (design.md sections 4
--- and 9). Everything here reads and writes etcd keys under the prefix; the
--- node does the scheduling.
+-- baton job put|ls|show|rm|run|kill|pause|resume|history (design.md
+-- sections 4 and 9). Everything here reads and writes etcd keys under the
+-- prefix; the node does the scheduling.
 --
 --   P jobs/<name>                      the job's Lua source
 --   P paused/<name>                    present while paused
---   P status/<name>/<node>             JSON {revision=, error=, time=} a node writes
+--   P status/<name>/<node>             JSON {revision=, error=, running=, time=} a
+--                                      node writes (running: the revision it
+--                                      still runs when `revision` was rejected)
 --   P runs/<name>/<instant>[/<shard>]  JSON run records
+--   P running/<name>/<id>              present while an attempt of the run executes
 --   P trigger/<name>/<id>              manual-run requests (see request_run)
+--   P cancel/<name>/<id>               a request to stop a run (baton job kill)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
+local runs_mod = require "baton.node.runs"
+local policy = require "baton.policy"
 
 local format, concat = string.format, table.concat
 local e = baton.etcd
@@ -20,15 +26,39 @@ local USAGES = {
   ls = "baton job ls [--json]",
   show = "baton job show NAME [--json]",
   rm = "baton job rm NAME [--purge]",
-  run = "baton job run NAME [--force]",
+  run = "baton job run NAME [--force] [--param k=v ...]",
+  kill = "baton job kill NAME [ID]",
   pause = "baton job pause NAME",
   resume = "baton job resume NAME",
   history = "baton job history NAME [-n N] [--json]",
 }
-local USAGE = "baton job put|ls|show|rm|run|pause|resume|history ..."
-for _, k in ipairs { "put", "ls", "show", "rm", "run", "pause", "resume", "history" } do
+local ORDER = { "put", "ls", "show", "rm", "run", "kill", "pause", "resume", "history" }
+local USAGE = "baton job put|ls|show|rm|run|kill|pause|resume|history ..."
+for _, k in ipairs(ORDER) do
   USAGE = USAGE .. "\n       " .. USAGES[k]
 end
+-- What --help says after the usage line.
+local HELPS = {
+  put = [[Validates FILE.lua as baton check does, refuses a policy that is neither
+stored nor built in and a file over etcd's request limit, then stores the
+source at <prefix>jobs/NAME (default NAME: the file's base name). Warns when
+no live node has the job's labels.]],
+  ls = "One line per job: schedule, zone, next instant, state, last run.",
+  show = "The job's spec, the revision each node loaded (or its error), the last 10 runs.",
+  rm = "Deletes the job, its paused flag, node statuses and triggers; --purge also its run records.",
+  run = [[Asks for one run now, honouring the job's concurrency unless --force. Each
+--param k=v sets ctx.params.k for this run; the job must declare k in its
+params table, whose values are the defaults. Refused when no live node can
+run the job.]],
+  kill = [[Stops a running run of the job (without ID: every running run of it):
+ctx:cancelled() turns true and its processes get SIGTERM, then after the
+node's grace period every process of the run is killed. The run is recorded
+killed, by $USER@host, and is not retried or run again.]],
+  pause = "No new instants of the job until resume (runs already started finish).",
+  resume = "The job fires again from its next instant.",
+  history = "Run records, newest first (default 20): id, node, attempt, state, duration, error.",
+}
+local HELP = "Jobs stored under <prefix>jobs/. baton job SUBCOMMAND --help says more."
 local current -- the subcommand being run, for its usage line
 local NAME_RULE = U.NAME_RULE
 
@@ -55,6 +85,17 @@ local function get_job(name)
   return r.kvs[1] or false, r.revision
 end
 
+-- The error for a job that is not there, with a hint when the prefix holds
+-- no job at all (the usual reason: another --prefix or BATON_PREFIX).
+local function no_job(name)
+  local msg = "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)
+  local r = e:get(U.key("jobs") .. "/", { prefix = true, count_only = true })
+  if r and r.count == 0 then
+    msg = msg .. " (there are no jobs under " .. U.key("jobs") .. "/ at all; is --prefix right?)"
+  end
+  return msg
+end
+
 ---------------------------------------------------------------------------
 -- reading state
 
@@ -68,7 +109,7 @@ local function statuses(name)
     local v = U.decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
     list[#list + 1] = {
       node = kv.key:sub(pl), revision = U.field(v, "revision"),
-      error = U.field(v, "error"), time = U.field(v, "time"),
+      error = U.field(v, "error"), time = U.field(v, "time"), running = U.field(v, "running"),
     }
   end
   return list
@@ -99,10 +140,9 @@ local function run_row(rec)
     dur = U.duration(baton.now() - started) .. "+"
   end
   local err = U.field(rec, "error")
-  local where = type(fire) == "number" and U.instant(fire) or rec.key
-  local shard = U.field(rec, "shard")
-  if type(shard) == "table" then shard = shard.index end
-  if shard then where = where .. "/" .. tostring(shard) end
+  -- The run's id, as baton job kill takes it: the instant (with its
+  -- milliseconds for a manual run), /N for a shard, a queue task's id.
+  local where = rec.key or (type(fire) == "number" and U.instant(fire)) or "-"
   return {
     where, tostring(U.field(rec, "node") or "-"), tostring(U.field(rec, "attempt") or "-"),
     tostring(U.field(rec, "state") or "-"), dur, err and tostring(err):gsub("\n", " ") or "",
@@ -115,35 +155,82 @@ local RUN_HEADER = { "FIRE", "NODE", "ATTEMPT", "STATE", "DURATION", "ERROR" }
 
 local sub = {}
 
+-- nil if the job's policy exists (built in, or stored under P policies/),
+-- else the message refusing it, with the closest known name.
+local function unknown_policy(spec)
+  if policy.builtin(spec.policy) then return nil end
+  local pfx = U.key("policies") .. "/"
+  local r, err = e:get(pfx, { prefix = true, keys_only = true })
+  if not r then return err end
+  local known = {}
+  for _, n in ipairs(policy.BUILTINS) do known[#known + 1] = n end
+  for _, kv in ipairs(r.kvs) do
+    local n = kv.key:sub(#pfx + 1)
+    if n == spec.policy then return nil end
+    known[#known + 1] = n
+  end
+  local hint = job.did_you_mean(spec.policy, known)
+  return format("EINVAL: job %s: field 'policy': no policy %q: none is stored at %s%s nor built in%s",
+    spec.name, spec.policy, pfx, spec.policy, hint and format(" (did you mean %q?)", hint)
+      or "; baton policy ls lists them")
+end
+
 function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "job", usage, die)
   local spec, verr = job.load(source, name, nil, file)
   if not spec then return die("put", file, verr) end
+  local perr0 = unknown_policy(spec)
+  if perr0 then return die("put", file, perr0) end
   local key = U.key("jobs", name)
   local r, perr = e:put(key, source, { prev_kv = true })
   if not r then return die("put", name, perr) end
   io.stdout:write(format("%s job %s at %s (revision %d)\n",
     r.prev_kv and "updated" or "created", name, key, r.revision))
+  io.stdout:flush()
+  local nodes = U.live_nodes()
+  local why = nodes and U.no_eligible_node(spec.labels, nodes)
+  if why then
+    io.stderr:write(format("baton: job put %s: warning: %s; the job runs only once such a node is up\n",
+      name, why))
+  end
   baton.exit(0)
 end
 
--- The row (and JSON) describing one stored job for ls.
+-- The row (and JSON) describing one stored job for ls and show, and the
+-- spec it shows. For a broken job that the nodes still run an earlier
+-- version of (their status says which: running), that version's schedule
+-- and next instant are shown, with d.running_revision.
 local function describe(name, kv, paused, status_list)
   local spec, verr = job.load(kv.value, name, kv.mod_revision)
   local d = {
     name = name, revision = kv.mod_revision, paused = paused or false, broken = false,
   }
+  if not spec then d.broken, d.error = true, verr end
+  local running
+  for _, st in ipairs(status_list or {}) do
+    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
+    local rr = st.running
+    if type(rr) == "number" and rr ~= kv.mod_revision and (not running or rr > running) then running = rr end
+  end
+  if d.broken and running then
+    local old = e:get(kv.key, { revision = running })
+    local okv = old and old.kvs[1]
+    local ospec = okv and job.load(okv.value, name, okv.mod_revision)
+    if ospec then spec, d.running_revision = ospec, running end
+  end
   if spec then
     d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
     local nf = job.next_fires(spec, 1)[1]
     if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
-  else
-    d.broken, d.error = true, verr
-  end
-  for _, st in ipairs(status_list or {}) do
-    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
   end
   return d, spec
+end
+
+-- The STATE column of a job.
+local function state_text(d)
+  local s = d.broken and (d.paused and "broken,paused" or "broken") or (d.paused and "paused" or "active")
+  if d.running_revision then s = s .. format(" (runs rev %d)", d.running_revision) end
+  return s
 end
 
 function sub.ls(pos, opts)
@@ -162,7 +249,7 @@ function sub.ls(pos, opts)
     if jname then
       local v = U.decode_object(kv.value) or {}
       status[jname] = status[jname] or {}
-      table.insert(status[jname], { node = node, error = U.field(v, "error") })
+      table.insert(status[jname], { node = node, error = U.field(v, "error"), running = U.field(v, "running") })
     end
   end
   local list, rows = {}, {}
@@ -174,11 +261,13 @@ function sub.ls(pos, opts)
       d.last = { run = last[1].key, state = U.field(last[1], "state") }
     end
     list[#list + 1] = d
-    local state = d.broken and (d.paused and "broken,paused" or "broken") or (d.paused and "paused" or "active")
     rows[#rows + 1] = {
       name, d.schedule or (d.queue and "queue:" .. d.queue) or "-", d.timezone or "-",
-      d.next or "-", state, d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
+      d.next or "-", state_text(d), d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
     }
+  end
+  if #list == 0 and not opts.json then
+    io.stderr:write("baton: job ls: no jobs under ", jpfx, " (is --prefix right?)\n")
   end
   if opts.json then
     U.print_json(baton.json.array(list))
@@ -192,7 +281,7 @@ function sub.show(pos, opts)
   local name = one_name("show", pos)
   local kv, err = get_job(name)
   if kv == nil then return die("show", name, err) end
-  if not kv then return die("show", name, "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)) end
+  if not kv then return die("show", name, no_job(name)) end
   local pr, perr = e:get(U.key("paused", name))
   if not pr then return die("show", name, perr) end
   local st, serr = statuses(name)
@@ -205,6 +294,7 @@ function sub.show(pos, opts)
     U.print_json {
       name = name, key = kv.key, revision = kv.mod_revision, created_revision = kv.create_revision,
       version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
+      running_revision = d.running_revision,
       spec = spec and job.summary(spec) or baton.json.null,
       next = spec and baton.json.array((function()
         local t = {}
@@ -220,6 +310,10 @@ function sub.show(pos, opts)
     { "job", name },
     { "key", format("%s (revision %d, version %d)", kv.key, kv.mod_revision, kv.version) },
   }
+  if d.running_revision then
+    f[#f + 1] = { "running", format("revision %d, the last good version (what follows is its spec)",
+      d.running_revision) }
+  end
   if spec then
     if spec.description then f[#f + 1] = { "description", spec.description } end
     if spec.queue then
@@ -241,6 +335,11 @@ function sub.show(pos, opts)
     local l = {}
     for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
     f[#f + 1] = { "labels", #l > 0 and concat(l, ",") or "(any node)" }
+    if next(spec.params) then
+      local p = {}
+      for _, k in ipairs(U.sorted_keys(spec.params)) do p[#p + 1] = format("%s=%q", k, spec.params[k]) end
+      f[#f + 1] = { "params", concat(p, " ") .. " (defaults; baton job run --param k=v)" }
+    end
   end
   f[#f + 1] = { "paused", d.paused and "yes" or "no" }
   if d.error then f[#f + 1] = { "error", d.error } end
@@ -279,6 +378,15 @@ function sub.history(pos, opts)
   local name = one_name("history", pos)
   local rs, err = runs(name, opts.n or 20)
   if not rs then return die("history", name, err) end
+  if #rs == 0 then
+    -- (the records of a removed job stay: only no job and no records is an error)
+    local kv, jerr = get_job(name)
+    if kv == nil then return die("history", name, jerr) end
+    if not kv then return die("history", name, no_job(name)) end
+    if not opts.json then
+      io.stderr:write("baton: job history ", name, ": no runs of job ", name, " yet\n")
+    end
+  end
   if opts.json then
     local list = {}
     for i, rec in ipairs(rs) do list[i] = rec end
@@ -340,27 +448,168 @@ function sub.resume(pos) return set_paused("resume", pos, false) end
 
 -- The manual-trigger mechanism, kept in this one function until the node
 -- decides its final form: a request key P trigger/<job>/<ms>-<rand> with
--- {force=, at=}; the node consumes (and deletes) it and claims a run.
--- Returns the key, or nil, err; ENOENT if there is no such job.
-local function request_run(name, force)
+-- {force=, at=, params=}; the node consumes (and deletes) it and claims the
+-- run U.manual_id(at). Returns the key and that run id, or nil, err; ENOENT
+-- if there is no such job.
+local function request_run(name, force, params)
   local jkey = U.key("jobs", name)
   local key = U.key("trigger", name, U.time_id())
+  local value = baton.json.encode { force = force, at = baton.now(), params = params }
   local r, err = e:txn {
     compare = { { key = jkey, target = "create", op = ">", value = 0 } },
-    success = { { put = { key = key, value = baton.json.encode { force = force, at = baton.now() } } } },
+    success = { { put = { key = key, value = value } } },
   }
   if not r then return nil, err end
-  if not r.succeeded then return nil, "ENOENT: no job " .. name .. " at " .. jkey end
-  return key
+  if not r.succeeded then return nil, no_job(name) end
+  -- (the id from `at` as the node will decode it)
+  return key, U.manual_id(baton.json.decode(value).at)
+end
+
+-- The --param k=v of baton job run, as {k = v}; a malformed one is a usage
+-- error.
+local function given_params(list)
+  local given = {}
+  for _, kv in ipairs(list or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if not k then return usage(format("--param needs k=v, not \"%s\"", kv)) end
+    if given[k] then return usage("--param " .. k .. " is given twice") end
+    given[k] = v
+  end
+  return given
 end
 
 function sub.run(pos, opts)
   local name = one_name("run", pos)
-  local key, err = request_run(name, opts.force or false)
-  if not key then return die("run", name, err) end
-  io.stdout:write(format("queued a manual run of %s%s (%s); a node will start it\n", name,
-    opts.force and " (--force: ignoring concurrency)" or "", key))
+  local given = given_params(opts.param)
+  local kv, err = get_job(name)
+  if kv == nil then return die("run", name, err) end
+  if not kv then return die("run", name, no_job(name)) end
+  local st = statuses(name) or {}
+  local _, spec = describe(name, kv, false, st)
+  if not spec then
+    -- Neither this version nor one a node runs loads: nothing can run.
+    return die("run", name, select(2, job.load(kv.value, name)) .. "; nothing was queued")
+  end
+  local known = U.sorted_keys(spec.params)
+  for _, k in ipairs(U.sorted_keys(given)) do
+    if spec.params[k] == nil then
+      local hint = job.did_you_mean(k, known)
+      return die("run", name, format("EINVAL: unknown parameter \"%s\"%s; %s", k,
+        hint and format(" (did you mean \"%s\"?)", hint) or "",
+        #known > 0 and "the job's parameters are " .. concat(known, ", ")
+          or "the job declares no params"))
+    end
+  end
+  local nodes, nerr = U.live_nodes()
+  if not nodes then return die("run", name, nerr) end
+  local why = U.no_eligible_node(spec.labels, nodes)
+  if why then return die("run", name, why .. "; nothing was queued") end
+  local key, id = request_run(name, opts.force or false, next(given) and given or nil)
+  if not key then return die("run", name, id) end
+  local p = {}
+  for _, k in ipairs(U.sorted_keys(given)) do p[#p + 1] = format("%s=%q", k, given[k]) end
+  io.stdout:write(format("queued a manual run of %s%s (%s): run %s%s; a live node will start it\n", name,
+    opts.force and " (--force: ignoring concurrency)" or "", key, id,
+    #p > 0 and (", params " .. concat(p, " ")) or ""))
   baton.exit(0)
+end
+
+-- The runs of job name that baton job kill stops: {id=, node=, attempt=}
+-- for the run id, or for every run of the job with an attempt executing
+-- (a running/ marker). Dies when there is none.
+local function kill_targets(name, id)
+  local mpfx = U.key("running", name) .. "/"
+  local what = id and (name .. " " .. id) or name
+  if not id then
+    local r, err = e:get(mpfx, { prefix = true })
+    if not r then return die("kill", what, err) end
+    if #r.kvs == 0 then
+      local kv = get_job(name)
+      if kv == false then return die("kill", what, no_job(name)) end
+      return die("kill", what, "no run of job " .. name .. " is running (baton job history " .. name
+        .. " lists its runs)")
+    end
+    local list = {}
+    for _, mkv in ipairs(r.kvs) do
+      local m = U.decode_object(mkv.value) or {}
+      list[#list + 1] = { id = mkv.key:sub(#mpfx + 1), node = U.field(m, "node"), attempt = U.field(m, "attempt") }
+    end
+    return list
+  end
+  local r, err = e:txn { success = { { get = { key = mpfx .. id } }, { get = { key = U.key("runs", name, id) } } } }
+  if not r then return die("kill", what, err) end
+  local mkv, rkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
+  if mkv then
+    local m = U.decode_object(mkv.value) or {}
+    return { { id = id, node = U.field(m, "node"), attempt = U.field(m, "attempt") } }
+  end
+  if not rkv then
+    local kv = get_job(name)
+    if kv == false then return die("kill", what, no_job(name)) end
+    return die("kill", what, format("ENOENT: no run %s of job %s (baton job history %s lists its runs)",
+      id, name, name))
+  end
+  local state = U.field(U.decode_object(rkv.value) or {}, "state")
+  if state == "running" then
+    return die("kill", what, format("run %s of job %s is not running on any node: its node is gone "
+      .. "and the run is being handed over; try again in a moment", id, name))
+  end
+  return die("kill", what, format("run %s of job %s is not running: it is %s", id, name, tostring(state)))
+end
+
+-- How long baton job kill waits for a run to end: the node's grace period
+-- (5 s) and the time its processes take to go, with room to spare.
+local KILL_WAIT = 30
+
+function sub.kill(pos)
+  local name, id = pos[2], pos[3]
+  if not name then return usage("needs a NAME") end
+  if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
+  if not job.valid_name(name) then return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE)) end
+  local targets = kill_targets(name, id)
+  local who = U.who()
+  local value = runs_mod.cancel_value("killed by " .. who, who)
+  for _, t in ipairs(targets) do
+    local k = runs_mod.keys(U.prefix(), name, t.id)
+    -- only while the attempt executes: a run that ended keeps no request
+    local r, err = e:txn {
+      compare = { { key = k.marker, target = "create", op = ">", value = 0 } },
+      success = { { put = { key = k.cancel, value = value } } },
+    }
+    if not r then return die("kill", name .. " " .. t.id, err) end
+    -- (when the attempt ended meanwhile, its record says how, below)
+    if r.succeeded then
+      io.stdout:write(format("stopping run %s of job %s on node %s (attempt %s)\n", t.id, name,
+        tostring(t.node or "?"), tostring(t.attempt or "?")))
+    end
+  end
+  io.stdout:flush()
+  -- Wait for the records to say how each run ended.
+  local deadline, failed = baton.monotime() + KILL_WAIT, false
+  for _, t in ipairs(targets) do
+    local rec
+    while true do
+      local r = e:get(U.key("runs", name, t.id))
+      rec = r and r.kvs[1] and U.decode_object(r.kvs[1].value)
+      if rec and U.field(rec, "state") ~= "running" then break end
+      if baton.monotime() > deadline then rec = nil; break end
+      baton.sleep(0.1)
+    end
+    local state = rec and U.field(rec, "state")
+    if state == "killed" then
+      io.stdout:write(format("killed run %s of job %s (%s)\n", t.id, name,
+        tostring(U.field(rec, "error") or "killed")))
+    elseif state then
+      failed = true
+      io.stderr:write(format("baton: job kill %s %s: the run ended %s before it could be stopped\n",
+        name, t.id, state))
+    else
+      failed = true
+      io.stderr:write(format("baton: job kill %s %s: asked to stop, but it is still running after %d s "
+        .. "(it is recorded killed once its processes are gone)\n", name, t.id, KILL_WAIT))
+    end
+  end
+  baton.exit(failed and 1 or 0)
 end
 
 local FLAGS = {
@@ -369,7 +618,8 @@ local FLAGS = {
   show = { json = "flag" },
   history = { n = "count", json = "flag" },
   rm = { purge = "flag" },
-  run = { force = "flag" },
+  run = { force = "flag", param = "list" },
+  kill = {},
   pause = {}, resume = {},
 }
 
@@ -377,12 +627,19 @@ return function(...)
   local argv = { ... }
   local what = argv[1]
   if not what then return usage("needs a subcommand") end
+  if A.is_help(what) or what == "help" then
+    -- baton job --help, baton job help [SUBCOMMAND]
+    local about = argv[2]
+    if about and sub[about] then return A.help(USAGES[about], HELPS[about]) end
+    if about and what == "help" then return usage("unknown subcommand \"" .. about .. "\"") end
+    return A.help(USAGE, HELP)
+  end
   if not sub[what] then return usage("unknown subcommand \"" .. what .. "\"") end
   current = what
   local rest = {}
   for i = 2, #argv do rest[#rest + 1] = argv[i] end
   -- the subcommand's name is positional 1, so flags before NAME are parsed
-  local opts, pos = A.parse("job " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) })
+  local opts, pos = A.parse("job " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) }, HELPS[what])
   -- a flag the subcommand does not know lands in pos after NAME: refuse it
   for i = 2, #pos do
     if pos[i]:match("^%-") and pos[i] ~= "-" then return usage("unknown flag " .. pos[i]) end

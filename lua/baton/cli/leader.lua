@@ -7,9 +7,10 @@ local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 
 local USAGE = "baton leader [--json]"
+local HELP = "The name of the node elected cluster leader (it does the housekeeping); exit 1 when there is none."
 
 return function(...)
-  local opts, pos = A.parse("leader", USAGE, { json = "flag" }, { ... })
+  local opts, pos = A.parse("leader", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] then return A.usage("leader", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local pfx = U.key("election") .. "/"
   local r, err = baton.etcd:get(pfx, { prefix = true, sort = "create", order = "asc", limit = 1 })

@@ -1,6 +1,7 @@
 -- baton nodes [--json]: the live nodes, from the JSON each one keeps at
 -- P nodes/<name> on its session lease: {name, labels, version, running,
--- started, clock, max_skew}. No nodes: prints nothing and exits 0.
+-- started, clock, max_skew}. No nodes: says so on stderr (a wrong --prefix
+-- is the usual reason) and exits 0.
 --
 -- OFFSET is the node's clock against the cluster's (node/clock.lua):
 -- "+2.003s±0.002" (seconds ahead, +- the error bound), "!" after it when
@@ -11,6 +12,9 @@ local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 
 local USAGE = "baton nodes [--json]"
+local HELP = [[The live nodes under <prefix>nodes/: name, version, running runs, start time,
+labels, and the clock's offset against the cluster's (! beyond its
+--max-skew, ? not measured yet).]]
 
 -- The OFFSET cell of a node's published clock.
 local function offset(k)
@@ -29,7 +33,7 @@ local function count(v)
 end
 
 return function(...)
-  local opts, pos = A.parse("nodes", USAGE, { json = "flag" }, { ... })
+  local opts, pos = A.parse("nodes", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] then return A.usage("nodes", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local pfx = U.key("nodes") .. "/"
   local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
@@ -50,6 +54,9 @@ return function(...)
       type(started) == "number" and U.instant(started) or "-", #l > 0 and table.concat(l, ",") or "-",
       offset(U.field(v, "clock")),
     }
+  end
+  if #list == 0 and not opts.json then
+    io.stderr:write("baton: nodes: no live nodes under ", pfx, " (is --prefix right?)\n")
   end
   if opts.json then
     U.print_json(baton.json.array(list))

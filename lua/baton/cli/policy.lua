@@ -23,6 +23,14 @@ local USAGES = {
 }
 local USAGE = "baton policy put|ls|show|rm ..."
 for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       " .. USAGES[k] end
+local HELPS = {
+  put = [[Checks FILE.lua (compile, fields, self-test) and stores it at
+<prefix>policies/NAME; every node uses it from its next decision on.]],
+  ls = "Every policy, stored and built in, with its functions and each node's load status.",
+  show = "A policy's source revision, its functions, and each node's load status.",
+  rm = "Deletes a stored policy; jobs naming it use the built-in of that name, or the default.",
+}
+local HELP = "Scheduling policies (docs/policies.md). baton policy SUBCOMMAND --help says more."
 local current
 local NAME_RULE = U.NAME_RULE
 
@@ -252,11 +260,17 @@ return function(...)
   local argv = { ... }
   local what = argv[1]
   if not what then return usage("needs a subcommand") end
+  if A.is_help(what) or what == "help" then
+    local about = argv[2]
+    if about and sub[about] then return A.help(USAGES[about], HELPS[about]) end
+    if about and what == "help" then return usage("unknown subcommand \"" .. about .. "\"") end
+    return A.help(USAGE, HELP)
+  end
   if not sub[what] then return usage("unknown subcommand \"" .. what .. "\"") end
   current = what
   local rest = {}
   for i = 2, #argv do rest[#rest + 1] = argv[i] end
-  local opts, pos = A.parse("policy " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) })
+  local opts, pos = A.parse("policy " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) }, HELPS[what])
   for i = 2, #pos do
     if pos[i]:match("^%-") and pos[i] ~= "-" then return usage("unknown flag " .. pos[i]) end
   end

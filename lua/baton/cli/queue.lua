@@ -9,9 +9,11 @@ local U = require "baton.cli.util"
 local job = require "baton.job"
 
 local USAGE = "baton queue push QUEUE VALUE"
+local HELP = [[Adds a task under <prefix>queue/QUEUE/ for the job with queue = "QUEUE"
+(VALUE - reads it from stdin) and prints its key.]]
 
 return function(...)
-  local _, pos = A.parse("queue", USAGE, {}, { ... })
+  local _, pos = A.parse("queue", USAGE, {}, { ... }, HELP)
   if pos[1] ~= "push" then
     return A.usage("queue", USAGE, pos[1] and ("unknown subcommand \"" .. pos[1] .. "\"") or "needs a subcommand")
   end

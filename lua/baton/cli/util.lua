@@ -90,13 +90,33 @@ function M.print_json(v)
   io.stdout:write(baton.json.encode(v), "\n")
 end
 
--- The whole content of a file, or nil, "ENOENT: FILE: ...", code.
-function M.read_file(path)
+-- etcd's default limit on the size of a request (--max-request-bytes).
+M.MAX_REQUEST = 1572864
+
+-- Bytes as a reader says them: 812 bytes, 1.5 MiB, 200.0 MiB.
+function M.bytes(n)
+  if n < 1024 then return format("%d bytes", n) end
+  if n < 1024 * 1024 then return format("%.1f KiB", n / 1024) end
+  if n < 1024 * 1024 * 1024 then return format("%.1f MiB", n / 1048576) end
+  return format("%.1f GiB", n / 1073741824)
+end
+
+-- The whole content of a file, or nil, "ENOENT: FILE: ...", code. With max,
+-- a file larger than max bytes is refused before anything is read:
+-- nil, "EFBIG: FILE is N MiB ...", "EFBIG".
+function M.read_file(path, max)
   local f, err, errno = io.open(path, "rb")
   if not f then
     local code = errno == 2 and "ENOENT" or errno == 13 and "EACCES" or "EIO"
     return nil, format("%s: %s", code, err), code
   end
+  local size = max and f:seek("end")
+  if size and size > max then
+    f:close()
+    return nil, format("EFBIG: %s is %s, larger than etcd's request limit of %s "
+      .. "(etcd's default --max-request-bytes); nothing was sent", path, M.bytes(size), M.bytes(max)), "EFBIG"
+  end
+  if size then f:seek("set", 0) end
   local s = f:read("*a")
   f:close()
   if not s then return nil, "EIO: " .. path .. ": cannot read", "EIO" end
@@ -117,7 +137,8 @@ function M.put_args(pos, opts, kind, usage, die)
     return usage(format("invalid %s name \"%s\" (%s)%s", kind, name, M.NAME_RULE,
       opts.name and "" or "; choose one with --name"))
   end
-  local source, err = M.read_file(file)
+  -- (the key and the request's framing count against the limit too)
+  local source, err = M.read_file(file, M.MAX_REQUEST - #M.key(kind == "job" and "jobs" or "policies", name) - 512)
   if not source then return die("put", file, err) end
   return name, source, file
 end
@@ -151,6 +172,65 @@ end
 -- keys' create revision.
 function M.time_id()
   return format("%013d-%s", floor(baton.now() * 1000), M.random_hex(8))
+end
+
+-- The id of the manual run requested at `at` (epoch seconds, as the
+-- trigger's JSON carries it): its instant with milliseconds,
+-- 2026-11-29T14:02:11.532Z. The node names the run so, and baton job run
+-- prints it.
+function M.manual_id(at)
+  return M.instant(at):sub(1, -2) .. format(".%03dZ", floor(at * 1000) % 1000)
+end
+
+-- Who is asking, for the records: $USER@host.
+function M.who()
+  local user = os.getenv("USER") or os.getenv("LOGNAME") or "unknown"
+  local f = io.open("/proc/sys/kernel/hostname") or io.open("/etc/hostname")
+  local host = f and f:read("*l")
+  if f then f:close() end
+  return user .. "@" .. ((host and host ~= "") and host or "localhost")
+end
+
+-- The live nodes (the JSON each keeps at P nodes/<name>), sorted by name:
+-- list of {name=, labels=, ...}, or nil, err.
+function M.live_nodes()
+  local pfx = M.key("nodes") .. "/"
+  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
+  if not r then return nil, err end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    local v = M.decode_object(kv.value) or {}
+    v.name = M.field(v, "name") or kv.key:sub(#pfx + 1)
+    if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
+    list[#list + 1] = v
+  end
+  return list
+end
+
+-- Labels as k=v,... sorted ("-" for none).
+function M.labels_text(labels)
+  local l = {}
+  for _, k in ipairs(M.sorted_keys(labels or {})) do l[#l + 1] = k .. "=" .. tostring(labels[k]) end
+  return #l > 0 and concat(l, ",") or "-"
+end
+
+-- Why no live node can run a job with these labels, or nil when one can
+-- (nodes: M.live_nodes()). The nodes decide by labels the same way
+-- (baton.policies.util.eligible).
+function M.no_eligible_node(labels, nodes)
+  local eligible = require("baton.policies.util").eligible
+  for _, n in ipairs(nodes) do
+    if eligible({ labels = labels }, n) then return nil end
+  end
+  if #nodes == 0 then
+    return format("no node is live under %s (is a node running, with this --prefix?)", M.key("nodes") .. "/")
+  end
+  local seen = {}
+  for i, n in ipairs(nodes) do
+    if i > 5 then seen[#seen + 1] = format("and %d more", #nodes - 5); break end
+    seen[#seen + 1] = format("%s (%s)", n.name, M.labels_text(n.labels))
+  end
+  return format("no live node has the labels %s (live: %s)", M.labels_text(labels), concat(seen, ", "))
 end
 
 -- Decodes a JSON object value; nil when it is not one.

@@ -4,7 +4,7 @@
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
 --                    code_revision, deadline, marker, task, shard, record,
---                    clock}}
+--                    clock, params}}
 --   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
 --                    "retire": bool}
 --
@@ -144,6 +144,7 @@ local function context(run, state)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
+    params = opt(run.params) or {},
     log = { info = logger(fields, "info"), warn = logger(fields, "warn"),
             error = logger(fields, "error"), debug = logger(fields, "debug") },
   }

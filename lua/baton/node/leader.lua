@@ -64,8 +64,10 @@ local function check_inflight(self, job, id)
   rec.token = nil
   local decision
   if r.responses[5].count > 0 then
+    -- Asked to stop for good (replace, baton job kill): not run again.
+    local c = runs.cancel_request(r.responses[5].kvs[1].value)
     decision = "killed"
-    rec.state, rec.error = "killed", "replaced by run " .. r.responses[5].kvs[1].value .. "; " .. why
+    rec.state, rec.error, rec.killed_by = "killed", c.reason .. "; " .. why, c.by
   else
     decision = self.decide(job, j.spec, "on_orphan", { instant = id }, self.job_view(job, j.spec), rec)
     rec.error = why
@@ -89,7 +91,7 @@ local function check_inflight(self, job, id)
   elseif decision == "abandon" then
     log("warn", "run abandoned: its node was lost", fields)
   else
-    log("warn", "run killed: replaced while its node was lost", fields)
+    log("warn", "run killed: stopped on request while its node was lost", fields)
   end
 end
 

@@ -19,7 +19,11 @@
 --                        is on, from its first claim until it ends for good
 --                        (retries and re-runs included), so no other run of
 --                        the job starts in between
---   cancel/<job>/<id>    a request to stop that run (replace)
+--   cancel/<job>/<id>    a request to stop that run for good, JSON {reason=,
+--                        by=}: a replace ("replaced by run ...") or baton job
+--                        kill ("killed by alice@host", by = "alice@host").
+--                        The run is recorded killed with that reason; an
+--                        attempt claimed while it exists does not start
 --
 -- Every attempt, whatever its kind, is claimed by M.claim: one etcd
 -- transaction that creates (or, for a next attempt, takes over) the record,
@@ -64,6 +68,35 @@ end
 
 local function exclusive(spec)
   return spec.concurrency == "forbid" or spec.concurrency == "replace"
+end
+
+-- The value of a cancel/ key: why the run is stopped, and who asked.
+function M.cancel_value(reason, by)
+  return json.encode { reason = reason, by = by, at = baton.now() }
+end
+
+-- A cancel/ key's value as {reason=, by=}. (A value that is not JSON is
+-- the id of the run that replaces it, as earlier versions wrote it.)
+function M.cancel_request(value)
+  local ok, v = pcall(json.decode, value or "")
+  if ok and type(v) == "table" and type(v.reason) == "string" then
+    return { reason = v.reason, by = type(v.by) == "string" and v.by or nil }
+  end
+  return { reason = "replaced by run " .. tostring(value) }
+end
+
+-- The parameters of a run (ctx.params, the record's params): the job's
+-- defaults, overridden by those a manual run was given (strings only);
+-- nil when there are none.
+local function run_params(spec, given)
+  local p, any = {}, false
+  for k, v in pairs(spec.params or {}) do p[k], any = v, true end
+  if type(given) == "table" then
+    for k, v in pairs(given) do
+      if type(k) == "string" and type(v) == "string" then p[k], any = v, true end
+    end
+  end
+  return any and p or nil
 end
 
 -- Session s (default: the node's) if the node may still write on it: the
@@ -119,7 +152,9 @@ end
 --     run, attempt 1 is recorded skipped instead, by the failure branch;
 --   * the node's registration must still be on this node's session lease.
 -- opts.extra_compare / extra_success / skip_ops let triggers and queues add
--- their own conditions. Returns the fence and the record, or nil.
+-- their own conditions. The same transaction reads the run's cancel/ key:
+-- a run killed between its attempts gets run.cancel and does not start.
+-- Returns the fence and the record, or nil.
 function M.claim(self, run, opts)
   opts = opts or {}
   local s = M.session(self)
@@ -137,10 +172,12 @@ function M.claim(self, run, opts)
     manual = run.manual or nil, task = run.task and run.task.key or nil,
     shard = run.shard and run.shard.index or nil, exclusive = holds or nil,
     attempts = prev and prev.rec.attempts or {}, token = token,
+    params = prev and prev.rec.params or run_params(spec, run.params),
   }
   local marker = json.encode { node = self.name, attempt = run.attempt, token = token }
   local compare = { alive_compare(self, s) }
   local success = {
+    { get = { key = k.cancel } },
     { put = { key = k.run, value = json.encode(rec) } },
     { put = { key = k.marker, value = marker, lease = s.lease } },
     { put = { key = k.inflight, value = marker } },
@@ -173,7 +210,7 @@ function M.claim(self, run, opts)
       local skip_ops = { { put = { key = k.run, value = json.encode {
         job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
         started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-        shard = rec.shard,
+        shard = rec.shard, params = rec.params,
         error = "concurrency " .. spec.concurrency .. ": a previous run is still running" } } } }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
       failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
@@ -211,6 +248,8 @@ function M.claim(self, run, opts)
   rec.fence = r.revision
   rec.mod_revision = r.revision
   run.session = s
+  local c = r.responses and r.responses[1].kvs[1]
+  if c then run.cancel = M.cancel_request(c.value) end
   return r.revision, rec
 end
 
@@ -285,8 +324,8 @@ function M.record_end(e, P, run, fence, rec, opts)
 end
 
 -- One attempt in a pooled worker. Returns how it ended: the state
--- ("succeeded", "failed", "killed" when replaced, "interrupted" when the
--- node is stopping), the reason (nil on success), and whether the worker
+-- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
+-- "interrupted" when the node is stopping), the reason (nil on success), and whether the worker
 -- recorded the success itself. The run's processes are gone when it
 -- returns: the worker ends them before it replies, and a worker that is
 -- stopped is waited for.
@@ -298,6 +337,9 @@ local function attempt(self, run, fence, rec)
   if self.stopping then
     return "interrupted", "interrupted: node " .. self.name .. " was stopping when the run was due"
   end
+  -- (a stop request that came before this node read its claim's answer)
+  run.cancel = run.cancel or (self.cancels and self.cancels[run.job .. "/" .. run.id])
+  if run.cancel then return "killed", run.cancel.reason end
   local w, err = pool:get(run)
   if not w then return "failed", "cannot start a worker: " .. tostring(err) end
   local reply, ended = pool:call(w, {
@@ -305,6 +347,7 @@ local function attempt(self, run, fence, rec)
     node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
+    params = rec.params or json.null,
   }, rec.started + spec.timeout - self.now())
   local why
   if ended == "timeout" then
@@ -319,8 +362,8 @@ local function attempt(self, run, fence, rec)
       reply, why = nil, format("timed out after %g s", spec.timeout)
     end
   end
-  pool:put(w, reply and not reply.retire and not run.cancelled_by and not self.stopping)
-  if run.cancelled_by then return "killed", "replaced by run " .. run.cancelled_by end
+  pool:put(w, reply and not reply.retire and not run.cancel and not self.stopping)
+  if run.cancel then return "killed", run.cancel.reason end
   if why then return "failed", why end
   if reply and reply.ok then return "succeeded", nil, reply.recorded end
   if self.stopping then
@@ -368,6 +411,7 @@ function M.execute(self, run, fence, rec, has_slot)
   rec.duration = rec.finished - rec.started
   rec.state = final or state
   rec.retry_at = delay and rec.finished + delay or nil
+  if state == "killed" then rec.killed_by = run.cancel and run.cancel.by end
   f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
   local s = run.session
   local rev = recorded or M.record_end(self.e, P, run, fence, rec, {
@@ -402,19 +446,37 @@ function M.start(self, run, opts)
   return true
 end
 
--- Stops a local run on request (replace): cooperative stop, then every
--- process of the run is killed after the grace period.
-function M.cancel_local(self, job, id, by)
+-- Stops a local run on request (a cancel/ key with value, see the top of
+-- this file: replace, baton job kill): cooperative stop, then every process
+-- of the run is killed after the grace period; it is recorded killed and
+-- not run again. A request for a run this node does not have at hand is
+-- kept a few seconds: it may be this node's run, claimed in a transaction
+-- whose answer has not been read yet (attempt looks).
+function M.cancel_local(self, job, id, value)
+  local req, found = M.cancel_request(value), false
   for w, run in pairs(self.pool.busy) do
-    if run.job == job and run.id == id and not run.cancelled_by then
-      run.cancelled_by = by
-      log("info", "run cancelled", { job = job, instant = id, node = self.name, by = by })
-      self.pool:interrupt(w)
-      self.go(function()
-        baton.sleep(self.grace)
-        if self.pool.busy[w] == run then self.pool:stop(w) end
-      end)
+    if run.job == job and run.id == id then
+      found = true
+      if not run.cancel then
+        run.cancel = req
+        log("info", "run cancelled", { job = job, instant = id, node = self.name, reason = req.reason,
+                                       by = req.by })
+        self.pool:interrupt(w)
+        self.go(function()
+          baton.sleep(self.grace)
+          if self.pool.busy[w] == run then self.pool:stop(w) end
+        end)
+      end
     end
+  end
+  if not found then
+    local key = job .. "/" .. id
+    self.cancels = self.cancels or {}
+    self.cancels[key] = req
+    self.go(function()
+      baton.sleep(10)
+      if self.cancels[key] == req then self.cancels[key] = nil end
+    end)
   end
 end
 
@@ -440,7 +502,7 @@ function M.replace_active(self, run)
       local ok = M.keys(P, run.job, old)
       local r = e:txn { success = { { get = { key = ok.marker } }, { get = { key = ok.run } } } }
       if r and r.responses[1].count > 0 and asked ~= old then
-        e:put(ok.cancel, run.id)
+        e:put(ok.cancel, M.cancel_value("replaced by run " .. run.id))
         asked = old
       elseif r and r.responses[1].count == 0 then
         local rk = r.responses[2].kvs[1]
