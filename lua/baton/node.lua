@@ -320,7 +320,7 @@ local function apply_job(self, name, source, rev)
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
   log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
-    schedule = spec.schedule or ("queue:" .. tostring(spec.queue)) })
+    schedule = spec.schedule or (spec.queue and "queue:" .. spec.queue) or "on events" })
   put_status(self, name, rev, nil)
   if spec.queue then
     queue.follow(self, spec.queue)
