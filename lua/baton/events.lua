@@ -107,15 +107,19 @@ function M.targets(jobs, job)
 end
 
 -- What an event says about the run that ended (ctx.event, the event run's
--- record `event`): job, id, fire, state, error, node, attempt, and depth
--- (1 for an event of a run that no event started, +1 per event job in a
--- chain). output_tail is added by the worker (M.output_tail).
+-- record `event`): job, id, fire, state, error, node, attempt; depth (1 for
+-- an event of a run that no event started, +1 per event job in a chain)
+-- and origin = {job, id, fire}, the run that started the chain (a
+-- pipeline's batch: load after transform after extract sees extract's
+-- instant there). output_tail is added by the worker (M.output_tail).
 function M.payload(job, id, rec)
   local err = rec.error
   if err == json.null then err = nil end
-  local up = type(rec.event) == "table" and tonumber(rec.event.depth) or 0
+  local up = type(rec.event) == "table" and rec.event or {}
+  local origin = type(up.origin) == "table" and up.origin or { job = job, id = id, fire = rec.fire }
   return { job = job, id = id, fire = rec.fire, state = rec.state, node = rec.node,
-           attempt = rec.attempt, error = keep_tail(err, M.ERROR_CAP), depth = up + 1 }
+           attempt = rec.attempt, error = keep_tail(err, M.ERROR_CAP),
+           depth = (tonumber(up.depth) or 0) + 1, origin = origin }
 end
 
 -- Appends to ops (the operations of the transaction that writes rec, the

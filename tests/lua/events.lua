@@ -68,7 +68,12 @@ do
   T.is(v.attempt, 1, "the first attempt of the event run")
   T.is(v.fire, rec.finished, "fire: when the triggering run ended")
   T.is_deeply(v.event, { job = "plain", id = run.id, fire = 1796000000, state = "failed", error = "boom",
-                         node = "n1", attempt = 3, depth = 1 }, "the event")
+                         node = "n1", attempt = 3, depth = 1,
+                         origin = { job = "plain", id = run.id, fire = 1796000000 } }, "the event")
+  local chained = { state = "failed", finished = 2, fire = 5, event = v.event }
+  local w = json.decode(events.add("/p/", { job = "a", id = "x", events = { failed = { "c" } } }, chained, {})[1].put.value)
+  T.is(w.event.depth, 2, "an event of an event run: depth 2")
+  T.is_deeply(w.event.origin, v.event.origin, "the origin stays the chain's first run")
   local _, none = events.add("/p/", run, { state = "succeeded", finished = 1 }, {})
   T.is(none, 0, "a state nobody listens to adds nothing")
   local _, retr = events.add("/p/", run, { state = "retrying", finished = 1 }, {})
