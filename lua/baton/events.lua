@@ -78,16 +78,27 @@ function M.id(at, job, id, state)
   return concat({ t, job, esc, state }, "~")
 end
 
+-- The node's index of its event jobs (node.event_jobs, a set of names),
+-- kept by the job store as it loads (spec) and removes (nil) job name, so
+-- that the end of a run looks at the event jobs only, not at every job.
+function M.note(node, name, spec)
+  node.event_jobs = node.event_jobs or {}
+  node.event_jobs[name] = spec and spec.on and true or nil
+end
+
 -- The event jobs that a final record of job makes events for, from a job
--- store ({[name] = {spec = spec}}, the node's self.jobs): {[state] =
--- {name, ...}} (sorted), or nil when none. "*" matches every job but the
--- event job itself and the other event jobs; no job triggers itself.
-function M.targets(jobs, job)
+-- store (node.jobs = {[name] = {spec = spec}}, and node.event_jobs, the
+-- index above; without it every job is looked at): {[state] = {name,
+-- ...}} (sorted), or nil when none. "*" matches every job but the event
+-- job itself and the other event jobs; no job triggers itself.
+function M.targets(node, job)
+  local jobs = node.jobs
   local src = jobs[job]
   local src_is_event = src and src.spec and src.spec.on ~= nil
   local out
-  for name, j in pairs(jobs) do
-    local on = j.spec and j.spec.on
+  for name in pairs(node.event_jobs or jobs) do
+    local j = jobs[name]
+    local on = j and j.spec and j.spec.on
     if on and name ~= job then
       for state, list in pairs(on) do
         for _, n in ipairs(list) do
@@ -259,7 +270,7 @@ function M.skip(self, name, j, id, pmod, req, why)
                 event = req.event }
   local ops = { { put = { key = run_key, value = json.encode(rec) } },
                 { delete = { key = pending_key } } }
-  M.add(P, { job = name, id = id, events = M.targets(self.jobs, name) }, rec, ops)
+  M.add(P, { job = name, id = id, events = M.targets(self, name) }, rec, ops)
   local r = self.e:txn {
     compare = { { key = run_key, target = "create", op = "==", value = 0 },
                 { key = pending_key, target = "mod", op = "==", value = pmod } },
@@ -277,7 +288,7 @@ end
 function M.misfires(self, horizon, now)
   local P, e = self.P, self.e
   local names = {}
-  for name, j in pairs(self.jobs) do if j.spec.on then names[#names + 1] = name end end
+  for name in pairs(self.event_jobs or {}) do names[#names + 1] = name end
   sort(names)
   for i = 1, #names, 128 do
     local ops = {}

@@ -11,10 +11,14 @@ local json = baton.json
 local function L(name, fields)
   return assert(job.load("return {" .. fields .. ", run = function(ctx) end }", name))
 end
+-- A node's job store, indexed as the node does it.
 local function store(specs)
-  local jobs = {}
-  for n, s in pairs(specs) do jobs[n] = { spec = s } end
-  return jobs
+  local node = { jobs = {} }
+  for n, s in pairs(specs) do
+    node.jobs[n] = { spec = s }
+    events.note(node, n, s)
+  end
+  return node
 end
 
 -- 1. targets
@@ -35,6 +39,15 @@ do
   T.is(events.targets(jobs, "both"), nil, "a job with schedule and on is an event job too")
   T.is_deeply(events.targets(jobs, "gone"), { failed = { "star" }, skipped = { "star" }, killed = { "both" } },
               "a job no longer in the store is matched by \"*\"")
+  T.is_deeply(events.targets({ jobs = jobs.jobs }, "plain"), events.targets(jobs, "plain"),
+              "the index gives what a look at every job gives")
+  T.is_deeply(jobs.event_jobs, { star = true, chain = true, both = true }, "the index holds the event jobs")
+  jobs.jobs.star = { spec = L("star", 'schedule = "@daily"') }
+  events.note(jobs, "star", jobs.jobs.star.spec)
+  jobs.jobs.chain = nil
+  events.note(jobs, "chain", nil)
+  T.is_deeply(events.targets(jobs, "plain"), { killed = { "both" } },
+              "a job that loses on, or is removed, leaves the index")
 end
 
 -- 2. ids

@@ -81,7 +81,7 @@ local function check_inflight(self, job, id)
     if decision == "abandon" then rec.state = "abandoned" end
     rec.finished = now
     runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
-                        events = events.targets(self.jobs, job) }, ops, rec)
+                        events = events.targets(self, job) }, ops, rec)
   end
   ops[1].put.value = json.encode(rec)
   local w = e:txn { compare = guard, success = ops }
@@ -301,7 +301,7 @@ function M.settle_misfires(self, name, j, missed, now)
                     state = "skipped", started = now, finished = now, error = why,
                     code_revision = spec.revision }
       local r = e:txn { compare = absent,
-        success = events.add(P, { job = name, id = id, events = events.targets(self.jobs, name) },
+        success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
                              rec, { { put = { key = key, value = json.encode(rec) } } }) }
       if r and r.succeeded then skipped = skipped + 1 end
     end

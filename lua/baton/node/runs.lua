@@ -178,7 +178,7 @@ function M.claim(self, run, opts)
         error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
       local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } } }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
-      events.add(P, { job = run.job, id = run.id, events = events.targets(self.jobs, run.job) },
+      events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
                  skipped, skip_ops)
       failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
     end
@@ -315,7 +315,7 @@ local function attempt(self, run, fence, rec)
     event = run.event or json.null,
     -- (for the success the worker records itself; the node's other ends
     -- use the event jobs it has when the run ends)
-    events = { succeeded = (events.targets(self.jobs, run.job) or {}).succeeded },
+    events = { succeeded = (events.targets(self, run.job) or {}).succeeded },
   }, rec.started + spec.timeout - self.now())
   local why
   if ended == "timeout" then
@@ -381,7 +381,7 @@ function M.execute(self, run, fence, rec, has_slot)
   rec.retry_at = delay and rec.finished + delay or nil
   f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
   local s = run.session
-  run.events = events.targets(self.jobs, run.job)
+  run.events = events.targets(self, run.job)
   local rev = recorded or M.record_end(self.e, P, run, fence, rec, {
     attempt_state = state, alive = alive_compare(self, s),
     still_ok = function() return M.live(self, s) end })
@@ -464,7 +464,7 @@ function M.replace_active(self, run)
           orec.error, orec.retry_at = "replaced by run " .. run.id, nil
           local ops = M.final_ops(P, { job = run.job, id = old,
             task = orec.task and { key = orec.task } or nil,
-            events = events.targets(self.jobs, run.job) },
+            events = events.targets(self, run.job) },
             { { put = { key = ok.run, value = json.encode(orec) } } }, orec)
           e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
                               { key = ok.marker, target = "create", op = "==", value = 0 },
@@ -518,7 +518,7 @@ function M.take_pending(self, job, j, id, pmod)
   end
   local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
                 shard = M.shard_of(j.spec, id), event = type(rec.event) == "table" and rec.event or nil,
-                events = events.targets(self.jobs, job) }
+                events = events.targets(self, job) }
   if rec.task then
     local t = e:get(rec.task)
     if not t then return nil, "again" end
