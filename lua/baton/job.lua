@@ -13,6 +13,7 @@
 -- spec (defaults filled, see DEFAULTS and docs/jobs.md) or
 -- nil, "EINVAL: job NAME: field 'F': ...", "EINVAL".
 local baton = require "baton"
+local events = require "baton.events"
 
 local type, pairs, ipairs, next, tostring, tonumber = type, pairs, ipairs, next, tostring, tonumber
 local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, rawget, select
@@ -63,8 +64,6 @@ local ALIASES = {
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
-
-local events = require "baton.events"
 
 local NAME_PATTERN = "^[%w][%w_.-]*$"
 
