@@ -216,6 +216,10 @@ do
   local fa = file("cyc-a", [[return { on = { succeeded = { "cyc-b" } }, run = function() end }]])
   local fb = file("cyc-b", [[return { on = { succeeded = { "cyc-a" } }, run = function() end }]])
   T.is(c:cli("job", "put", fa).code, 0, "cyc-a alone is fine")
+  local show = c:cli("job", "show", "cyc-a")
+  T.like(show.stdout, "\non: +succeeded: cyc%-b\n", "job show: its on")
+  T.like(show.stdout, "\nschedule: +%- %(runs on events, and when triggered%)\n", "job show: no schedule of its own")
+  T.like(c:cli("job", "ls").stdout, "\ncyc%-a +on:succeeded%(cyc%-b%) ", "job ls: on in the schedule column")
   local want = "EINVAL: job cyc-b: field 'on': cycle: cyc-b -> cyc-a -> cyc-b (each run would start the next, forever)"
   local r = c:cli("check", fb)
   T.is(r.code, 1, "check refuses the job that closes the cycle")
