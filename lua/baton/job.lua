@@ -13,6 +13,7 @@
 -- spec (defaults filled, see DEFAULTS and docs/jobs.md) or
 -- nil, "EINVAL: job NAME: field 'F': ...", "EINVAL".
 local baton = require "baton"
+local events = require "baton.events"
 
 local type, pairs, ipairs, next, tostring, tonumber = type, pairs, ipairs, next, tostring, tonumber
 local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, rawget, select
@@ -46,7 +47,7 @@ M.RETRY_DEFAULTS = RETRY_DEFAULTS
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
-  "on_node_loss", "labels", "params", "description", "run",
+  "on_node_loss", "labels", "params", "description", "on", "run",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -59,6 +60,7 @@ local ALIASES = {
   tz = "timezone", zone = "timezone", time_zone = "timezone", cron = "schedule",
   retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
   concurrency_policy = "concurrency", node_selector = "labels", parameters = "params",
+  triggers = "on", events = "on", trigger = "on",
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
@@ -261,6 +263,67 @@ local function is_list(t)
   return true
 end
 
+-- Checks the `on` table of job name (baton.events): {state = {job names or
+-- "*"}, ...} with the states of events.STATES (or their aliases). Returns
+-- it normalised ({[state] = sorted names}, aliases folded in), or nil, the
+-- message.
+local function check_on(on, name)
+  local e = want_type(on, "table")
+  if e then return nil, "field 'on': " .. e end
+  local known, keys = {}, {}
+  for _, s in ipairs(events.STATES) do known[s] = s end
+  for a, s in pairs(events.ALIASES) do known[a] = s end
+  for k in pairs(on) do keys[#keys + 1] = k end
+  if #keys == 0 then
+    return nil, format("field 'on': names no outcome; give {%s = {\"job\", ...}, ...}", events.STATES[2])
+  end
+  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local out = {}
+  for _, k in ipairs(keys) do
+    if type(k) ~= "string" then
+      return nil, format("field 'on': keys are outcomes, {failed = {\"backup\"}}; got the %s key %s",
+        type(k), tostring(k))
+    end
+    if not known[k] then
+      local all = {}
+      for _, s in ipairs(events.STATES) do all[#all + 1] = s end
+      for a in pairs(events.ALIASES) do all[#all + 1] = a end
+      local msg = unknown_field("on", k, all, nil, "on.")
+      if not msg:find("did you mean", 1, true) then
+        msg = msg .. " (outcomes: " .. concat(all, ", ") .. ")"
+      end
+      return nil, msg
+    end
+    local f, list = "on." .. k, on[k]
+    if type(list) ~= "table" or not is_list(list) or #list == 0 then
+      return nil, format("field '%s': expected a list of job names ({\"backup\"} or {\"*\"}), got %s",
+        f, type(list) ~= "table" and typename(list) or next(list) == nil and "an empty list"
+          or "a table that is not a list")
+    end
+    local state = known[k]
+    local set = out[state] or {}
+    out[state] = set
+    for i, n in ipairs(list) do
+      if type(n) ~= "string" then
+        return nil, format("field '%s': entry %d is a %s, not a job name", f, i, typename(n))
+      end
+      if n ~= "*" and not M.valid_name(n) then
+        return nil, format("field '%s': %s is not a job name (letters, digits, '_', '.', '-'; or \"*\" "
+          .. "for every job)", f, qs(n))
+      end
+      if n == name then
+        return nil, format("field '%s': names the job itself: each of its runs would start the next "
+          .. "(cycle: %s -> %s)", f, name, name)
+      end
+      local dup = false
+      for _, x in ipairs(set) do if x == n then dup = true end end
+      if not dup then set[#set + 1] = n end
+    end
+  end
+  for _, set in pairs(out) do sort(set) end
+  return out
+end
+
 -- Validates the table a job file returned; returns the spec or nil, msg.
 local function validate(t, name)
   local known = {}
@@ -289,12 +352,16 @@ local function validate(t, name)
     spec.description = t.description
   end
 
-  -- schedule | queue
+  -- schedule | queue | on
   if t.schedule ~= nil and t.queue ~= nil then
     return nil, "fields 'schedule' and 'queue' exclude each other: a job runs on a schedule or per queue task"
   end
-  if t.schedule == nil and t.queue == nil then
-    return nil, "needs a 'schedule' (cron, @daily, @every 30s, @manual) or a 'queue' (a queue name)"
+  if t.on ~= nil and t.queue ~= nil then
+    return nil, "fields 'on' and 'queue' exclude each other: a queue job runs once per queue task"
+  end
+  if t.schedule == nil and t.queue == nil and t.on == nil then
+    return nil, "needs a 'schedule' (cron, @daily, @every 30s, @manual), a 'queue' (a queue name) "
+      .. "or 'on' (the outcomes of other jobs' runs that start it)"
   end
 
   -- timezone (checked first: the schedule is read on its clock)
@@ -315,6 +382,12 @@ local function validate(t, name)
     if not ok then return field("schedule", tostring(c)) end
     spec.schedule, spec.cron = t.schedule, c
     spec.manual = t.schedule:lower():find("^%s*@manual%s*$") ~= nil
+  elseif t.queue == nil then
+    -- Only events (and manual triggers) start it: no instants of its own.
+    spec.manual = true
+    if t.timezone ~= nil then
+      return field("timezone", "a job with 'on' and no 'schedule' has no schedule to read on a clock; remove it")
+    end
   else
     local e = want_type(t.queue, "string")
     if e then return field("queue", e) end
@@ -345,6 +418,9 @@ local function validate(t, name)
   -- enums
   for _, f in ipairs { "concurrency", "misfire", "on_node_loss" } do
     spec[f] = DEFAULTS[f]
+    -- Each event is a piece of work of its own, like a queue task: runs of
+    -- a job that only events start may overlap unless it says otherwise.
+    if f == "concurrency" and t.on ~= nil and t.schedule == nil then spec[f] = "allow" end
     if t[f] ~= nil then
       local e = check_enum(f)(t[f])
       if e then return field(f, e) end
@@ -492,6 +568,15 @@ local function validate(t, name)
     end
   end
   spec.params = params
+  -- on
+  if t.on ~= nil then
+    local on, e = check_on(t.on, name)
+    if not on then return nil, e end
+    if spec.shards > 1 then
+      return field("shards", "an event runs a job once, not per shard: remove 'shards' or 'on'")
+    end
+    spec.on = on
+  end
   return spec
 end
 

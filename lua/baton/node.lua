@@ -21,6 +21,7 @@ local queue = require "baton.node.queue"
 local pool = require "baton.node.pool"
 local clock = require "baton.node.clock"
 local policymod = require "baton.policy"
+local events = require "baton.events"
 local json = baton.json
 
 local format, floor = string.format, math.floor
@@ -320,8 +321,9 @@ local function apply_job(self, name, source, rev)
   local j = { spec = spec, paused = self.paused[name] or false,
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
+  events.note(self, name, spec)
   log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
-    schedule = spec.schedule or ("queue:" .. tostring(spec.queue)) })
+    schedule = spec.schedule or (spec.queue and "queue:" .. spec.queue) or "on events" })
   put_status(self, name, rev, nil)
   if spec.queue then
     queue.follow(self, spec.queue)
@@ -368,6 +370,7 @@ end
 local function remove_job(self, name)
   if self.jobs[name] then log("info", "job removed", { job = name }) end
   self.jobs[name] = nil
+  events.note(self, name, nil)
   self.bad[name] = nil
   self.e:delete(self.P .. "status/" .. name .. "/" .. self.name)
 end

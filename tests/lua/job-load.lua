@@ -165,7 +165,8 @@ rejects('return { schedule = "@daily" }',
 rejects('return { schedule = "@daily", run = "echo hi" }', "field 'run': expected a function, got string",
   "run not a function")
 rejects('return { ' .. RUN .. ' }',
-  "needs a 'schedule' (cron, @daily, @every 30s, @manual) or a 'queue' (a queue name)", "neither schedule nor queue")
+  "needs a 'schedule' (cron, @daily, @every 30s, @manual), a 'queue' (a queue name) "
+    .. "or 'on' (the outcomes of other jobs' runs that start it)", "neither schedule nor queue nor on")
 rejects_field('schedule = "@daily", queue = "q"',
   "fields 'schedule' and 'queue' exclude each other: a job runs on a schedule or per queue task",
   "both schedule and queue")
@@ -179,6 +180,52 @@ do
   local q = assert(with('queue = "orders.eu-1"'))
   T.is(q.queue, "orders.eu-1", "a queue job loads")
 end
+
+-- on: event-triggered jobs (baton.events).
+do
+  local ev = assert(with('on = { failed = { "backup", "report", "backup" }, lost = { "x" }, abandoned = { "*" } }'))
+  T.is_deeply(ev.on, { failed = { "backup", "report" }, abandoned = { "*", "x" } },
+              "on: lists sorted, duplicates dropped, lost folded into abandoned")
+  T.is(ev.schedule, nil, "an event job needs no schedule")
+  T.is(ev.manual, true, "and has no instants of its own (only events and manual triggers)")
+  T.is_deeply(job.next_fires(ev, 3), {}, "no next fires")
+  T.is(ev.concurrency, "allow", "its runs may overlap by default: one per event")
+  T.is(assert(with('on = { failed = { "a" } }, concurrency = "forbid"')).concurrency, "forbid",
+       "unless it says otherwise")
+  local both = assert(with('schedule = "@daily", on = { succeeded = { "a" } }'))
+  T.is(both.concurrency, "forbid", "a scheduled job with on keeps the default concurrency")
+  T.is(both.manual, false, "and its schedule")
+  T.is_deeply(job.summary(ev).on, ev.on, "summary has on")
+end
+rejects_field('on = 5', "field 'on': expected a table, got number", "on type")
+rejects_field('on = {}', [[field 'on': names no outcome; give {failed = {"job", ...}, ...}]], "on empty")
+rejects_field('on = { "backup" }',
+  [[field 'on': keys are outcomes, {failed = {"backup"}}; got the number key 1]], "on as a list")
+rejects_field('on = { faild = { "a" } }', "unknown field 'on.faild' (did you mean 'on.failed'?)", "on state typo")
+rejects_field('on = { done = { "a" } }',
+  "unknown field 'on.done' (outcomes: succeeded, failed, skipped, abandoned, killed, lost)", "on unknown state")
+rejects_field('on = { failed = "a" }',
+  [[field 'on.failed': expected a list of job names ({"backup"} or {"*"}), got string]], "on list type")
+rejects_field('on = { failed = {} }',
+  [[field 'on.failed': expected a list of job names ({"backup"} or {"*"}), got an empty list]], "on empty list")
+rejects_field('on = { failed = { x = "a" } }',
+  [[field 'on.failed': expected a list of job names ({"backup"} or {"*"}), got a table that is not a list]],
+  "on map instead of list")
+rejects_field('on = { failed = { 1 } }', "field 'on.failed': entry 1 is a number, not a job name", "on entry type")
+rejects_field('on = { failed = { "a b" } }',
+  [[field 'on.failed': "a b" is not a job name (letters, digits, '_', '.', '-'; or "*" for every job)]],
+  "on entry name")
+rejects_field('on = { succeeded = { "j" } }',
+  "field 'on.succeeded': names the job itself: each of its runs would start the next (cycle: j -> j)",
+  "on naming itself")
+rejects_field('on = { failed = { "a" } }, queue = "q"',
+  "fields 'on' and 'queue' exclude each other: a queue job runs once per queue task", "on with queue")
+rejects_field('on = { failed = { "a" } }, timezone = "UTC"',
+  "field 'timezone': a job with 'on' and no 'schedule' has no schedule to read on a clock; remove it",
+  "on without schedule, with a timezone")
+rejects_field('on = { failed = { "a" } }, schedule = "@daily", shards = 2',
+  "field 'shards': an event runs a job once, not per shard: remove 'shards' or 'on'", "on with shards")
+rejects_field('triggers = { failed = { "a" } }', "unknown field 'triggers' (did you mean 'on'?)", "on alias")
 rejects('return { claim_delay = function() end, on_orphan = function() end }',
   "this looks like a scheduling policy (claim_delay, on_orphan), not a job: store it with baton policy put",
   "a policy file is named as such")

@@ -10,6 +10,8 @@ local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
 local policy = require "baton.policy"
+local events = require "baton.events"
+local cycles = require "baton.cli.cycles"
 
 local USAGE = "baton check FILE.lua"
 local HELP = [[Validates a job file as baton job put and the nodes do (compile from source,
@@ -23,9 +25,10 @@ local function summary(spec)
   local parts = { "ok: job " .. spec.name }
   if spec.queue then
     parts[#parts + 1] = "queue " .. spec.queue
-  else
+  elseif spec.schedule then
     parts[#parts + 1] = ("schedule %q %s"):format(spec.schedule, spec.timezone)
   end
+  if spec.on then parts[#parts + 1] = "on " .. events.describe(spec.on) end
   parts[#parts + 1] = ("timeout %ss"):format(spec.timeout)
   parts[#parts + 1] = "concurrency " .. spec.concurrency
   parts[#parts + 1] = "misfire " .. spec.misfire
@@ -84,9 +87,18 @@ return function(...)
   end
   local spec, verr = job.load(source, name, nil, file)
   if not spec then return A.die("check " .. file .. ": " .. verr) end
+  local cerr, rerr = cycles.check(name, spec)
+  if cerr then return A.die("check " .. file .. ": " .. cerr) end
+  if rerr then
+    io.stderr:write("baton: check ", file, ": note: cannot read the stored jobs (", tostring(rerr),
+                    "): cycles through them are not checked\n")
+  end
   io.stdout:write(summary(spec), "\n")
   if spec.queue then
     io.stdout:write("runs once per task put under ", U.key("queue", spec.queue), "/\n")
+  elseif spec.on and not spec.schedule then
+    io.stdout:write("runs once per final outcome it names (", events.describe(spec.on),
+                    "), and when triggered (baton job run ", spec.name, ")\n")
   elseif spec.manual then
     io.stdout:write("@manual: runs only when triggered (baton job run ", spec.name, ")\n")
   else

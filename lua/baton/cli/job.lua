@@ -17,6 +17,8 @@ local U = require "baton.cli.util"
 local job = require "baton.job"
 local runs_mod = require "baton.node.runs"
 local policy = require "baton.policy"
+local events = require "baton.events"
+local cycles = require "baton.cli.cycles"
 
 local format, concat = string.format, table.concat
 local e = baton.etcd
@@ -181,6 +183,8 @@ function sub.put(pos, opts)
   if not spec then return die("put", file, verr) end
   local perr0 = unknown_policy(spec)
   if perr0 then return die("put", file, perr0) end
+  local cerr, rerr = cycles.check(name, spec)
+  if cerr or rerr then return die("put", file, cerr or rerr) end
   local key = U.key("jobs", name)
   local r, perr = e:put(key, source, { prev_kv = true })
   if not r then return die("put", name, perr) end
@@ -220,6 +224,7 @@ local function describe(name, kv, paused, status_list)
   end
   if spec then
     d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
+    d.on = spec.on
     local nf = job.next_fires(spec, 1)[1]
     if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
   end
@@ -262,8 +267,8 @@ function sub.ls(pos, opts)
     end
     list[#list + 1] = d
     rows[#rows + 1] = {
-      name, d.schedule or (d.queue and "queue:" .. d.queue) or "-", d.timezone or "-",
-      d.next or "-", state_text(d), d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
+      name, d.schedule or (d.queue and "queue:" .. d.queue) or (d.on and "on:" .. events.describe(d.on, true)) or "-",
+      d.timezone or "-", d.next or "-", state_text(d), d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
     }
   end
   if #list == 0 and not opts.json then
@@ -316,8 +321,11 @@ function sub.show(pos, opts)
   end
   if spec then
     if spec.description then f[#f + 1] = { "description", spec.description } end
+    if spec.on then f[#f + 1] = { "on", events.describe(spec.on) } end
     if spec.queue then
       f[#f + 1] = { "queue", spec.queue .. " (" .. U.key("queue", spec.queue) .. "/)" }
+    elseif not spec.schedule then
+      f[#f + 1] = { "schedule", "- (runs on events, and when triggered)" }
     else
       f[#f + 1] = { "schedule", format("%s (%s)", spec.schedule, spec.timezone) }
       f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next or "- (only when triggered)") }

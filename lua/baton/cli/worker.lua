@@ -4,7 +4,7 @@
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
 --                    code_revision, deadline, marker, task, shard, record,
---                    clock, params}}
+--                    clock, params, event, events}}
 --   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
 --                    "retire": bool}
 --
@@ -23,6 +23,7 @@
 local baton = require "baton"
 local jobmod = require "baton.job"
 local runs = require "baton.node.runs"
+local events = require "baton.events"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -36,12 +37,14 @@ end
 -- that completed is recorded even if the node froze after it. The node
 -- sent the record as it claimed it. Not once the node's fence board says
 -- its lease may be gone (the containment process is ending the run then).
+-- The success makes the events that run.events (sent by the node) says.
 local function record_success(run, started)
   local rec = opt(run.record)
   if not rec or baton._fenced() then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
-  return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task) },
+  return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task),
+                                                      events = opt(run.events) },
                          run.fence, rec) ~= nil
 end
 
@@ -139,12 +142,23 @@ local function output(run)
   return out
 end
 
+-- ctx.event of an event run (baton.events): the triggering run's job, id,
+-- fire, state, error, node, attempt and depth, and the tail of its output.
+local function event_of(run)
+  local ev = opt(run.event)
+  if not ev then return nil end
+  for k, v in pairs(ev) do if v == json.null then ev[k] = nil end end
+  ev.output_tail = events.output_tail(baton.etcd, util.prefix(), ev)
+  return ev
+end
+
 local function context(run, state)
   local fields = run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     params = opt(run.params) or {},
+    event = event_of(run),
     log = { info = logger(fields, "info"), warn = logger(fields, "warn"),
             error = logger(fields, "error"), debug = logger(fields, "debug") },
   }

@@ -13,6 +13,7 @@
 --   * history: keeps the newest `history` run records per job.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local events = require "baton.events"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -81,7 +82,8 @@ local function check_inflight(self, job, id)
   else
     if decision == "abandon" then rec.state = "abandoned" end
     rec.finished = now
-    runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil }, ops)
+    runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
+                        events = events.targets(self, job) }, ops, rec)
   end
   ops[1].put.value = json.encode(rec)
   local w = e:txn { compare = guard, success = ops }
@@ -252,6 +254,8 @@ function M.misfires(self)
       end
     end
   end
+  -- Events no node claimed: the same misfire rules (baton.events).
+  events.misfires(self, horizon, now)
 end
 
 -- What to do with the missed instants (or shards: {fire =, shard =}) of
@@ -295,11 +299,12 @@ function M.settle_misfires(self, name, j, missed, now)
       local why = not in_time(m.fire)
         and format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
         or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
+      local rec = { job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
+                    state = "skipped", started = now, finished = now, error = why,
+                    code_revision = spec.revision }
       local r = e:txn { compare = absent,
-        success = { { put = { key = key, value = json.encode {
-          job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
-          state = "skipped", started = now, finished = now, error = why,
-          code_revision = spec.revision } } } } }
+        success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
+                             rec, { { put = { key = key, value = json.encode(rec) } } }) }
       if r and r.succeeded then skipped = skipped + 1 end
     end
   end

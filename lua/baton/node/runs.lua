@@ -32,6 +32,7 @@
 -- a session it has declared lost (M.session).
 local baton = require "baton"
 local util = require "baton.cli.util"
+local events = require "baton.events"
 local json = baton.json
 
 local format = string.format
@@ -171,7 +172,7 @@ function M.claim(self, run, opts)
     state = "running", started = now, code_revision = spec.revision,
     manual = run.manual or nil, task = run.task and run.task.key or nil,
     shard = run.shard and run.shard.index or nil, exclusive = holds or nil,
-    attempts = prev and prev.rec.attempts or {}, token = token,
+    attempts = prev and prev.rec.attempts or {}, token = token, event = run.event,
     params = prev and prev.rec.params or run_params(spec, run.params),
   }
   local marker = json.encode { node = self.name, attempt = run.attempt, token = token }
@@ -207,12 +208,15 @@ function M.claim(self, run, opts)
                          { key = k.active, target = "create", op = ">", value = 0 },
                          alive_compare(self, s) }
       for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
-      local skip_ops = { { put = { key = k.run, value = json.encode {
+      local skipped = {
         job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
         started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-        shard = rec.shard, params = rec.params,
-        error = "concurrency " .. spec.concurrency .. ": a previous run is still running" } } } }
+        shard = rec.shard, params = rec.params, event = run.event,
+        error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
+      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } } }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
+      events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
+                 skipped, skip_ops)
       failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
     end
   end
@@ -263,8 +267,10 @@ end
 
 -- The operations that end a run for good: the record (already in ops[1]),
 -- and away with its inflight entry, cancel request, the job's active/ if
--- the run holds it, its pending entry and its queue task.
-function M.final_ops(P, run, ops)
+-- the run holds it, its pending entry and its queue task; and, given the
+-- final record rec, the events it makes for the event jobs in run.events
+-- (baton.events: written with the record, so both or neither).
+function M.final_ops(P, run, ops, rec)
   local k = M.keys(P, run.job, run.id)
   ops[#ops + 1] = { delete = { key = k.inflight } }
   ops[#ops + 1] = { delete = { key = k.cancel } }
@@ -273,6 +279,7 @@ function M.final_ops(P, run, ops)
     compare = { { key = k.active, target = "value", op = "==", value = run.id } },
     success = { { delete = { key = k.active } } } } }
   if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
+  if rec then events.add(P, run, rec, ops) end
   return ops
 end
 
@@ -297,7 +304,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
       at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
   else
-    M.final_ops(P, run, ops)
+    M.final_ops(P, run, ops, rec)
   end
   ops[1].put.value = json.encode(rec)
   local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
@@ -347,7 +354,10 @@ local function attempt(self, run, fence, rec)
     node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
-    params = rec.params or json.null,
+    params = rec.params or json.null, event = run.event or json.null,
+    -- (for the success the worker records itself; the node's other ends
+    -- use the event jobs it has when the run ends)
+    events = { succeeded = (events.targets(self, run.job) or {}).succeeded },
   }, rec.started + spec.timeout - self.now())
   local why
   if ended == "timeout" then
@@ -414,6 +424,7 @@ function M.execute(self, run, fence, rec, has_slot)
   if state == "killed" then rec.killed_by = run.cancel and run.cancel.by end
   f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
   local s = run.session
+  run.events = events.targets(self, run.job)
   local rev = recorded or M.record_end(self.e, P, run, fence, rec, {
     attempt_state = state, alive = alive_compare(self, s),
     still_ok = function() return M.live(self, s) end })
@@ -513,8 +524,9 @@ function M.replace_active(self, run)
           orec.state, orec.finished = "killed", now
           orec.error, orec.retry_at = "replaced by run " .. run.id, nil
           local ops = M.final_ops(P, { job = run.job, id = old,
-            task = orec.task and { key = orec.task } or nil },
-            { { put = { key = ok.run, value = json.encode(orec) } } })
+            task = orec.task and { key = orec.task } or nil,
+            events = events.targets(self, run.job) },
+            { { put = { key = ok.run, value = json.encode(orec) } } }, orec)
           e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
                               { key = ok.marker, target = "create", op = "==", value = 0 },
                               { key = k.active, target = "value", op = "==", value = old } },
@@ -545,7 +557,12 @@ function M.take_pending(self, job, j, id, pmod)
   if not kv then
     local ok, req = pcall(json.decode, pkv.value)
     if not ok or type(req) ~= "table" or type(req.fire) ~= "number" then return false end
-    local run = { job = job, id = id, fire = req.fire, spec = j.spec, shard = M.shard_of(j.spec, id) }
+    if type(req.event) == "table" and j.paused then
+      events.skip(self, job, j, id, pmod, req, "paused: the event came while the job was paused")
+      return false
+    end
+    local run = { job = job, id = id, fire = req.fire, spec = j.spec, shard = M.shard_of(j.spec, id),
+                  event = type(req.event) == "table" and req.event or nil }
     if j.spec.concurrency == "replace" and not M.replace_active(self, run) then return false end
     local gone = { { delete = { key = k.pending } } }
     return M.start(self, run, {
@@ -561,7 +578,8 @@ function M.take_pending(self, job, j, id, pmod)
     return false
   end
   local run = { job = job, id = id, fire = rec.fire, spec = j.spec, manual = rec.manual,
-                shard = M.shard_of(j.spec, id) }
+                shard = M.shard_of(j.spec, id), event = type(rec.event) == "table" and rec.event or nil,
+                events = events.targets(self, job) }
   if rec.task then
     local t = e:get(rec.task)
     if not t then return nil, "again" end
@@ -571,7 +589,7 @@ function M.take_pending(self, job, j, id, pmod)
       rec.error = "its queue task " .. rec.task .. " was deleted"
       e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
                           { key = k.pending, target = "mod", op = "==", value = pmod } },
-              success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }) }
+              success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }, rec) }
       return false
     end
     run.task = { key = rec.task, value = t.kvs[1].value }
