@@ -1,5 +1,5 @@
--- baton job put|ls|show|rm|run|pause|resume|history (design.md sections 4
--- and 9). Everything here reads and writes etcd keys under the prefix; the
+-- baton job put|ls|show|rm|run|pause|resume|history|logs (design.md
+-- sections 4 and 9). Everything here reads and writes etcd keys under the prefix; the
 -- node does the scheduling.
 --
 --   P jobs/<name>                      the job's Lua source
@@ -7,10 +7,12 @@
 --   P status/<name>/<node>             JSON {revision=, error=, time=} a node writes
 --   P runs/<name>/<instant>[/<shard>]  JSON run records
 --   P trigger/<name>/<id>              manual-run requests (see request_run)
+--   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (node/output.lua)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
+local output = require "baton.node.output"
 
 local format, concat = string.format, table.concat
 local e = baton.etcd
@@ -24,9 +26,10 @@ local USAGES = {
   pause = "baton job pause NAME",
   resume = "baton job resume NAME",
   history = "baton job history NAME [-n N] [--json]",
+  logs = "baton job logs NAME [ID] [--attempt N] [-f] [--json]",
 }
-local USAGE = "baton job put|ls|show|rm|run|pause|resume|history ..."
-for _, k in ipairs { "put", "ls", "show", "rm", "run", "pause", "resume", "history" } do
+local USAGE = "baton job put|ls|show|rm|run|pause|resume|history|logs ..."
+for _, k in ipairs { "put", "ls", "show", "rm", "run", "pause", "resume", "history", "logs" } do
   USAGE = USAGE .. "\n       " .. USAGES[k]
 end
 local current -- the subcommand being run, for its usage line
@@ -300,7 +303,10 @@ function sub.rm(pos, opts)
     { delete = { key = U.key("status", name) .. "/", prefix = true } },
     { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
   }
-  if opts.purge then ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } } end
+  if opts.purge then
+    ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
+    ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
+  end
   local r, err = e:txn {
     compare = { { key = jkey, target = "create", op = ">", value = 0 } },
     success = ops,
@@ -363,7 +369,187 @@ function sub.run(pos, opts)
   baton.exit(0)
 end
 
+
+---------------------------------------------------------------------------
+-- logs: a run's kept output
+
+-- The record of run id of job name (the newest run without id), as
+-- (kv, rec, revision); or nil, err.
+local function run_record(name, id)
+  local pfx = U.key("runs", name) .. "/"
+  local r, err
+  if id then
+    r, err = e:get(pfx .. id)
+  else
+    r, err = e:get(pfx, { prefix = true, sort = "create", order = "desc", limit = 1 })
+  end
+  if not r then return nil, err end
+  local kv = r.kvs[1]
+  if not kv then
+    local jkv, jerr = get_job(name)
+    if jkv == nil then return nil, jerr end
+    if not jkv then return nil, "ENOENT: no job " .. name .. " at " .. U.key("jobs", name) end
+    if id then return nil, "ENOENT: no run " .. id .. " of job " .. name .. " (see baton job history " .. name .. ")" end
+    return nil, "ENOENT: job " .. name .. " has no runs yet"
+  end
+  return kv, U.decode_object(kv.value) or {}, r.revision
+end
+
+-- Final states: the run has ended for good.
+local ENDED = { succeeded = true, failed = true, abandoned = true, skipped = true, killed = true,
+                lost = true }
+
+-- The line that ends `logs -f`: how the run ended, or (a given and not
+-- the run's last attempt, or the run not ended) how attempt a ended.
+local function end_line(rec, a)
+  local st, node = U.field(rec, "state"), U.field(rec, "node")
+  local started, finished, err = U.field(rec, "started"), U.field(rec, "finished"), U.field(rec, "error")
+  local what, n = "run ended", U.field(rec, "attempt")
+  if not ENDED[st] or (a and a ~= n) then
+    what, n = "attempt " .. tostring(a) .. " ended", nil
+    for _, at in ipairs(type(rec.attempts) == "table" and rec.attempts or {}) do
+      if type(at) == "table" and at.attempt == a then
+        st, node, started, finished = U.field(at, "state"), U.field(at, "node"), U.field(at, "started"), U.field(at, "finished")
+        err = U.field(at, "error")
+      end
+    end
+  end
+  local bits = {}
+  if n then bits[#bits + 1] = "attempt " .. tostring(n) end
+  if node then bits[#bits + 1] = "on " .. tostring(node) end
+  if type(started) == "number" and type(finished) == "number" then
+    bits[#bits + 1] = U.duration(finished - started)
+  end
+  local s = format("--- %s: %s", what, tostring(st or "?"))
+  if #bits > 0 then s = s .. " (" .. concat(bits, " ") .. ")" end
+  if err then s = s .. ": " .. tostring(err):gsub("\n", " ") end
+  return s .. " ---"
+end
+
+function sub.logs(pos, opts)
+  local name = pos[2]
+  if not name then return usage("needs a NAME") end
+  if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
+  if not job.valid_name(name) then
+    return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
+  end
+  local follow, P = opts.f or opts.follow, U.prefix()
+  local kv, rec, rev = run_record(name, pos[3])
+  if not kv then return die("logs", name, rec) end
+  local id = kv.key:sub(#U.key("runs", name) + 2)
+  local want = opts.attempt
+  local last = tonumber(U.field(rec, "attempt")) or 0
+  if want and want > last then
+    return die("logs", name, format("ENOENT: run %s has no attempt %d (it has %d)", id, want, last))
+  end
+  local attempt = want or (last > 0 and last or 1)
+  local shown = {} -- attempt -> the last line number printed
+  local function emit(l)
+    if opts.json then
+      l.attempt = attempt
+      U.print_json(l)
+    else
+      io.stdout:write(output.format(l), "\n")
+    end
+  end
+  -- Prints the lines of the attempt's chunk kvs not printed yet, with a
+  -- marker where lines are missing (dropped by the cap).
+  local function show(kvs)
+    local n = shown[attempt] or 0
+    local lines, _, cap = output.lines(kvs)
+    for _, l in ipairs(lines) do
+      if not l.dropped and l.n > n then
+        if l.n > n + 1 then emit { dropped = l.n - n - 1, cap = cap } end
+        emit(l)
+        n = l.n
+      end
+    end
+    shown[attempt] = n
+    io.stdout:flush()
+  end
+  local function read(a, at)
+    local r, err = e:get(output.attempt_prefix(P, name, id, a), { prefix = true, revision = at })
+    if not r then return die("logs", name, err) end
+    return r.kvs, r.revision
+  end
+  local kvs = read(attempt, rev)
+  show(kvs)
+  local state = U.field(rec, "state")
+  if not follow or (want and (want < last or state == "retrying")) or ENDED[state] then
+    if follow then
+      if opts.json then U.print_json { ["end"] = rec } else io.stdout:write(end_line(rec, attempt), "\n") end
+    end
+    return baton.exit(0)
+  end
+
+  -- Follow: the attempt's chunks as they are written, until the record
+  -- says the run has ended (for good; a retry is followed into its next
+  -- attempt unless --attempt was given). The record is written after the
+  -- attempt's last chunk, so reading at the record's revision gets them all.
+  local ow, oerr = e:watch(output.run_prefix(P, name, id), { prefix = true, start_revision = rev + 1 })
+  if not ow then return die("logs", name, oerr) end
+  local rw, rerr = e:watch(kv.key, { start_revision = rev + 1 })
+  if not rw then return die("logs", name, rerr) end
+  local ended
+  local function finish(final)
+    local fkvs = read(attempt, final.revision)
+    show(fkvs)
+    if opts.json then U.print_json { ["end"] = final.rec } else io.stdout:write(end_line(final.rec, attempt), "\n") end
+    io.stdout:flush()
+    baton.exit(0)
+  end
+  baton.go(function()
+    while true do
+      local evs, _, code = rw:next()
+      if not evs then
+        if code ~= "ETIMEDOUT" then return die("logs", name, "watching the run record: " .. tostring(code)) end
+      else
+        for _, ev in ipairs(evs) do
+          if ev.type == "delete" then
+            io.stdout:write("--- the run's record was deleted ---\n")
+            return baton.exit(0)
+          end
+          local nrec = U.decode_object(ev.kv.value) or {}
+          local st = U.field(nrec, "state")
+          local a = tonumber(U.field(nrec, "attempt")) or attempt
+          if ENDED[st] or (want and (a > want or st == "retrying")) then
+            ended = { rec = nrec, revision = ev.kv.mod_revision }
+            return finish(ended)
+          end
+          if st == "retrying" and not opts.json then
+            io.stdout:write(format("--- attempt %d ended: %s; it runs again ---\n", attempt,
+              tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))
+          end
+          if a > attempt and not want then
+            attempt = a
+            if not opts.json then
+              io.stdout:write(format("--- attempt %d on %s ---\n", a, tostring(U.field(nrec, "node") or "?")))
+            end
+            local nkvs = read(attempt, ev.kv.mod_revision)
+            show(nkvs)
+          end
+        end
+      end
+    end
+  end)
+  while true do
+    local evs, _, code = ow:next()
+    if not evs then
+      if code ~= "ETIMEDOUT" then return die("logs", name, "watching the output: " .. tostring(code)) end
+    elseif not ended then
+      local mine = {}
+      for _, ev in ipairs(evs) do
+        if ev.type == "put" and output.parse_key(P, name, id, ev.kv.key) == attempt then
+          mine[#mine + 1] = ev.kv
+        end
+      end
+      if #mine > 0 then show(mine) end
+    end
+  end
+end
+
 local FLAGS = {
+  logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
   put = { name = "string" },
   ls = { json = "flag" },
   show = { json = "flag" },
