@@ -25,11 +25,13 @@
 -- and none is made once the node's fence board says its lease may be gone:
 -- an attempt that lost its claim stores nothing more.
 --
--- The cap (CAP bytes of text per attempt) holds both in the worker's
--- memory and in etcd: the oldest lines are dropped first, and counted (the
--- gap in n). Lines are written in chunks, at most every INTERVAL seconds
--- and at most RATE bytes per second, so a job printing a megabyte a second
--- costs about one write a second of at most CAP bytes, and a job that
+-- The cap (CAP bytes per attempt: each line's text and LINE_COST bytes for
+-- its fields) holds both in the worker's memory and in etcd: the oldest
+-- lines are dropped first, and counted (the gap in n). Lines are written in
+-- chunks of at most CAP/8, at most every INTERVAL seconds and at most RATE
+-- bytes per second, each flush one transaction (its chunks, and one range
+-- delete of the oldest chunks past the cap), so a job printing a megabyte a
+-- second costs one write a second of at most CAP bytes, and a job that
 -- prints nothing costs no write at all.
 local baton = require "baton"
 local json = baton.json
@@ -210,10 +212,12 @@ local function encode_line(l)
            level = l.level, fields = l.fields, cmd = l.cmd }
 end
 
--- Writes the queued lines as the next chunk, and deletes the oldest chunks
--- while what is stored would pass the cap; fenced. Returns true when
--- nothing is left to write, nil when etcd could not be asked (the lines
--- stay queued), false once this attempt may write no more.
+-- Writes the queued lines as the next chunks (each at most cap/8 bytes),
+-- and deletes the oldest chunks (one range) while what is stored would
+-- pass the cap: since no chunk is larger than an eighth of the cap, what
+-- is left is always at least 7/8 of it, the newest lines. Fenced. Returns
+-- true when nothing is left to write, nil when etcd could not be asked
+-- (the lines stay queued), false once this attempt may write no more.
 function B:flush()
   self:drain()
   if self.dead then return false end
@@ -222,19 +226,33 @@ function B:flush()
     self.dead = "the node's lease may be gone"
     return false
   end
-  local last, lines, bytes = self.qt, {}, 0
+  local last, piece_max = self.qt, math.max(1, floor(self.cap / 8))
+  local pieces, piece, pbytes, bytes = {}, {}, 0, 0
   for i = self.qh, last do
     local l = self.q[i]
-    lines[#lines + 1] = encode_line(l)
+    if pbytes + l.cost > piece_max and #piece > 0 then
+      pieces[#pieces + 1] = { lines = piece, bytes = pbytes }
+      piece, pbytes = {}, 0
+    end
+    piece[#piece + 1] = encode_line(l)
+    pbytes = pbytes + l.cost
     bytes = bytes + l.cost
   end
-  local key = self.prefix .. format("%08d", self.nchunk + 1)
-  local ops = { { put = { key = key, value = json.encode { cap = self.cap, lines = lines } } } }
+  pieces[#pieces + 1] = { lines = piece, bytes = pbytes }
+  local ops = {}
+  for k, pc in ipairs(pieces) do
+    pc.key = self.prefix .. format("%08d", self.nchunk + k)
+    ops[k] = { put = { key = pc.key, value = json.encode { cap = self.cap, lines = pc.lines } } }
+  end
   local stored, drop = self.sbytes + bytes, self.ch
   while stored > self.cap and drop <= self.ct do
-    ops[#ops + 1] = { delete = { key = self.chunks[drop][1] } }
     stored = stored - self.chunks[drop][2]
     drop = drop + 1
+  end
+  if drop > self.ch then
+    -- The oldest chunks, ch .. drop-1: one range.
+    local upto = drop <= self.ct and self.chunks[drop][1] or pieces[1].key
+    ops[#ops + 1] = { delete = { key = self.chunks[self.ch][1], range_end = upto } }
   end
   self.flushing = true
   local r = self.e:txn {
@@ -248,11 +266,13 @@ function B:flush()
     return false
   end
   self.writes = self.writes + 1
-  self.nchunk = self.nchunk + 1
+  self.nchunk = self.nchunk + #pieces
   for i = self.ch, drop - 1 do self.chunks[i] = nil end
   self.ch = drop
-  self.ct = self.ct + 1
-  self.chunks[self.ct] = { key, bytes }
+  for _, pc in ipairs(pieces) do
+    self.ct = self.ct + 1
+    self.chunks[self.ct] = { pc.key, pc.bytes }
+  end
   self.sbytes = stored
   -- What was written leaves the queue (lines that came meanwhile stay; the
   -- cap may have dropped some of those written already).
