@@ -395,6 +395,29 @@ local function run_record(name, id)
   return kv, U.decode_object(kv.value) or {}, r.revision
 end
 
+-- While a manual run of job name is requested (P trigger/<name>/...) and
+-- not claimed: the record of the run claimed next, (kv, rec, revision).
+-- false when none is requested; nil, err on failure.
+local function wait_triggered(name)
+  local tp, rp = U.key("trigger", name) .. "/", U.key("runs", name) .. "/"
+  local r, err = e:get(tp, { prefix = true, count_only = true })
+  if not r then return nil, err end
+  if r.count == 0 then return false end
+  local w, werr = e:watch(rp, { prefix = true, start_revision = r.revision + 1 })
+  if not w then return nil, werr end
+  io.stderr:write("baton: job logs " .. name .. ": waiting for a node to start the requested run\n")
+  while true do
+    local evs, _, code = w:next()
+    if not evs and code ~= "ETIMEDOUT" then return nil, "watching the run records: " .. tostring(code) end
+    for _, ev in ipairs(evs or {}) do
+      if ev.type == "put" and ev.kv.version == 1 then
+        w:cancel()
+        return ev.kv, U.decode_object(ev.kv.value) or {}, ev.kv.mod_revision
+      end
+    end
+  end
+end
+
 -- Final states: the run has ended for good.
 local ENDED = { succeeded = true, failed = true, abandoned = true, skipped = true, killed = true,
                 lost = true }
@@ -434,7 +457,14 @@ function sub.logs(pos, opts)
     return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
   end
   local follow, P = opts.f or opts.follow, U.prefix()
-  local kv, rec, rev = run_record(name, pos[3])
+  local kv, rec, rev
+  if follow and not pos[3] then
+    -- `job run NAME && job logs NAME -f`: a manual run asked for and not
+    -- claimed yet is the run to follow, once a node has claimed it.
+    kv, rec, rev = wait_triggered(name)
+    if kv == nil then return die("logs", name, rec) end
+  end
+  if not kv then kv, rec, rev = run_record(name, pos[3]) end
   if not kv then return die("logs", name, rec) end
   local id = kv.key:sub(#U.key("runs", name) + 2)
   local want = opts.attempt
