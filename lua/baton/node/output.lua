@@ -285,6 +285,18 @@ function B:flush()
   return self.qt < self.qh
 end
 
+-- flush, but a failure of baton's own (a bug) ends this attempt's output
+-- with a log line instead of failing the worker and its run.
+function B:safe_flush()
+  local ok, res = pcall(self.flush, self)
+  if ok then return res end
+  self.flushing = false
+  self.dead = "flush failed: " .. tostring(res)
+  baton.log.error("a run's output could not be stored", { job = self.job, instant = self.id,
+                                                           attempt = self.attempt, error = res })
+  return false
+end
+
 -- The worker's flusher: one coroutine for the whole life of the worker
 -- process (so that a run leaves no coroutine of its own behind), which
 -- flushes the current attempt's buffer every INTERVAL seconds (or less
@@ -300,7 +312,7 @@ function M.start_flusher()
         wake:wait()
       else
         baton.sleep(b.next_in or M.INTERVAL)
-        if current == b then b:flush() end
+        if current == b then b:safe_flush() end
       end
     end
   end)
@@ -320,10 +332,10 @@ function B:finish()
   if current == self then current = nil end
   local deadline = baton.monotime() + M.FINAL_WAIT
   while self.flushing and baton.monotime() < deadline do baton.sleep(0.01) end
-  local ok = self:flush()
+  local ok = self:safe_flush()
   while ok == nil and baton.monotime() < deadline do
     baton.sleep(0.2)
-    ok = self:flush()
+    ok = self:safe_flush()
   end
   if self.sink then self.sink:close(); self.sink = nil end
   return ok == true
