@@ -521,6 +521,16 @@ function sub.logs(pos, opts)
   local rw, rerr = e:watch(kv.key, { start_revision = rev + 1 })
   if not rw then return die("logs", name, rerr) end
   local ended
+  -- A next attempt began (seen in its record or in its first chunk, which
+  -- may come first): print its header and what it said so far.
+  local function switch(a, node)
+    if want or a <= attempt then return end
+    attempt = a
+    if not opts.json then
+      io.stdout:write(format("--- attempt %d%s ---\n", a, node and (" on " .. tostring(node)) or ""))
+    end
+    show((read(attempt)))
+  end
   local function finish(final)
     local fkvs = read(attempt, final.revision)
     show(fkvs)
@@ -546,18 +556,11 @@ function sub.logs(pos, opts)
             ended = { rec = nrec, revision = ev.kv.mod_revision }
             return finish(ended)
           end
-          if st == "retrying" and not opts.json then
-            io.stdout:write(format("--- attempt %d ended: %s; it runs again ---\n", attempt,
+          if st == "retrying" and a == attempt and not opts.json then
+            io.stdout:write(format("--- attempt %d ended: %s; it runs again ---\n", a,
               tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))
           end
-          if a > attempt and not want then
-            attempt = a
-            if not opts.json then
-              io.stdout:write(format("--- attempt %d on %s ---\n", a, tostring(U.field(nrec, "node") or "?")))
-            end
-            local nkvs = read(attempt, ev.kv.mod_revision)
-            show(nkvs)
-          end
+          switch(a, U.field(nrec, "node"))
         end
       end
     end
@@ -569,9 +572,9 @@ function sub.logs(pos, opts)
     elseif not ended then
       local mine = {}
       for _, ev in ipairs(evs) do
-        if ev.type == "put" and output.parse_key(P, name, id, ev.kv.key) == attempt then
-          mine[#mine + 1] = ev.kv
-        end
+        local a = ev.type == "put" and output.parse_key(P, name, id, ev.kv.key)
+        if a and a > attempt then switch(a) end
+        if a == attempt then mine[#mine + 1] = ev.kv end
       end
       if #mine > 0 then show(mine) end
     end
