@@ -229,6 +229,26 @@ local lv = last and json.decode(last) or {}
 T.ok(code == 0 and type(lv["end"]) == "table" and lv["end"].state == "failed",
      "-f --json: the last line is {\"end\": the record}")
 
+-- A failed attempt that is retried: -f follows into the next attempt;
+-- --attempt N shows one attempt's output.
+run("retried", [[
+return { schedule = "@manual", timeout = 30, retry = { attempts = 1, backoff = 1, jitter = 0 },
+         run = function(ctx)
+  print("try " .. ctx.attempt)
+  if ctx.attempt == 1 then baton.sleep(2); error("first try fails") end
+end }]])
+N.wait(10, function() local r = c:records("retried")[1]; return r and r.state == "running" end)
+out, err, code = cli("job", "logs", "retried", "-f")
+T.is(code, 0, "-f of a retried run: exit 0 " .. err)
+T.like(out, "stdout%s+try 1\n%-%-%- attempt 1 ended: [^\n]*first try fails; it runs again %-%-%-\n"
+          .. "%-%-%- attempt 2 on a %-%-%-\n[^\n]+stdout%s+try 2\n"
+          .. "%-%-%- run ended: succeeded %(attempt 2 on a %d+ms%) %-%-%-\n$",
+       "-f follows a retried run into its next attempt, to its end")
+out = cli("job", "logs", "retried", "--attempt", "1")
+T.like(out, "^[^\n]+stdout%s+try 1\n$", "--attempt 1: that attempt's output only")
+out = cli("job", "logs", "retried")
+T.like(out, "^[^\n]+stdout%s+try 2\n$", "without --attempt: the last attempt's")
+
 -- 6. Missing job, run or attempt: one line naming it, exit 1.
 out, err, code = cli("job", "logs", "nosuch")
 T.is(code, 1, "logs of a missing job: exit 1")
