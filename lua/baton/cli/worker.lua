@@ -246,8 +246,9 @@ local function execute(run, state)
   out.flush()
   -- Every process the run started ends before its end is known.
   local swept = baton._sweep(30)
-  -- (what they wrote last is read first), and the output is stored before
-  -- the end is recorded, so a reader that sees the end has all of it.
+  -- What they wrote last is read first (a turn of the loop); the output is
+  -- stored before the end is recorded, so a reader that sees the end (job
+  -- logs -f) has all of it.
   baton.sleep(0)
   kept:finish()
   local reply
