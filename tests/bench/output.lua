@@ -6,7 +6,8 @@
 --   lateness JOB FROM TO run records of JOB with FROM <= fire < TO: lateness
 --                        (started - fire) percentiles; prints
 --                        "lateness n=.. p50_ms=.. p99_ms=.. max_ms=.."
---   stored JOB           the output stored for JOB's runs: keys and bytes
+--   stored JOB           the output stored for JOB's run: keys, bytes, lines
+--                        said (the last line's number) and lines kept
 local e = baton.etcd
 local json = baton.json
 local P = baton.config.prefix
@@ -49,10 +50,14 @@ elseif mode == "lateness" then
   print(("lateness n=%d p50_ms=%.0f p99_ms=%.0f max_ms=%.0f"):format(n, pct(lat, 0.5), pct(lat, 0.99),
         pct(lat, 1)))
 elseif mode == "stored" then
+  local output = require "baton.node.output"
   local r = assert(e:get(P .. "output/" .. arg[2] .. "/", { prefix = true }))
   local bytes = 0
   for _, kv in ipairs(r.kvs) do bytes = bytes + #kv.value end
-  print(("stored keys=%d bytes=%d"):format(#r.kvs, bytes))
+  local lines, said = output.lines(r.kvs)
+  local kept = 0
+  for _, l in ipairs(lines) do if not l.dropped then kept = kept + 1 end end
+  print(("stored keys=%d bytes=%d lines_said=%d lines_kept=%d"):format(#r.kvs, bytes, said, kept))
 else
   error("usage: output.lua writes SECS | lateness JOB FROM TO | stored JOB")
 end
