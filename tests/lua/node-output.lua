@@ -249,6 +249,21 @@ T.like(out, "^[^\n]+stdout%s+try 1\n$", "--attempt 1: that attempt's output only
 out = cli("job", "logs", "retried")
 T.like(out, "^[^\n]+stdout%s+try 2\n$", "without --attempt: the last attempt's")
 
+-- `job run X && job logs X -f` follows the run just asked for, not the
+-- previous one.
+run("again", [[
+return { schedule = "@manual", timeout = 30, run = function(ctx)
+  print(("run at %.3f"):format(ctx.fire)); baton.sleep(1)
+end }]])
+local first = ended("again")
+local both = assert(baton.exec { "sh", "-c", ("%q --endpoints %q --prefix %q job run again >/dev/null && "
+  .. "exec %q --endpoints %q --prefix %q job logs again -f"):format(bin, eps, c.P, bin, eps, c.P), timeout = 30 })
+local fires = {}
+for f in both.stdout:gmatch("run at ([%d.]+)") do fires[#fires + 1] = tonumber(f) end
+T.ok(#fires == 1 and first and fires[1] > first.fire,
+     "job run && job logs -f: the new run's output " .. both.stderr)
+T.like(both.stdout, "%-%-%- run ended: succeeded %(attempt 1 on a %d+s%) %-%-%-\n$", "to its end")
+
 -- 6. Missing job, run or attempt: one line naming it, exit 1.
 out, err, code = cli("job", "logs", "nosuch")
 T.is(code, 1, "logs of a missing job: exit 1")
