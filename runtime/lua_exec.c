@@ -21,6 +21,9 @@
  * spawn starts a long-running child that inherits baton's stdin, stdout and
  * stderr (or /dev/null) and returns a process object at once; see the
  * "baton.spawn" section below for its lifetime.
+ *
+ * In a worker, the run's output capture (baton._output_capture, below) also
+ * gets the lines both of them print, unless the call says output = false.
  */
 #include "contain.h"
 #include "err.h"
@@ -38,12 +41,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXEC_MAX_OUTPUT ((size_t) 64 << 20)   /* per stream */
 #define EXEC_READ_CHUNK ((size_t) 64 << 10)
 #define KILL_GRACE_MS 2000
 #define PROC_MT "baton.process"
+#define SINK_MT "baton.output_sink"
+#define TAP_LINE_MAX 4096                    /* longer lines are cut */
 
 extern char **environ;
 
@@ -243,6 +249,242 @@ static void push_status(lua_State *S, int64_t status, int term_sig,
   }
 }
 
+
+/* ---- a run's captured output ------------------------------------------- */
+
+/*
+ * A worker installs one sink per run (baton._output_capture(cap)). While it
+ * is installed, the stdout and stderr of every program baton.exec or
+ * baton.spawn starts (unless the call says output = false, or spawn's
+ * stdio = "null") are cut into lines by a tap per stream and queued in the
+ * sink, which keeps at most cap bytes of text: the oldest lines are dropped
+ * and counted. The worker takes the lines with sink:take(), which never
+ * waits, and stores them with the rest of the run's output
+ * (lua/baton/node/output.lua). So a program that prints a megabyte a second
+ * costs the loop a memchr and a malloc per line, and memory up to cap.
+ *
+ * The sink is counted: one reference for its box, one while it is the
+ * installed capture, one per tap; the last one frees it.
+ */
+typedef struct oline_s {
+  struct oline_s *next;
+  double t;               /* wall clock, epoch seconds, when it was complete */
+  size_t len;             /* of the text */
+  int is_err;             /* from stderr */
+  char *text;             /* points into data: cmd NUL text NUL */
+  char data[];
+} oline_t;
+
+typedef struct {
+  int refs;
+  int closed;             /* no more lines are kept */
+  size_t cap, bytes;      /* bytes: text of the queued lines */
+  oline_t *head, *tail;
+  lua_Number dropped;     /* lines dropped since the last take */
+} sink_t;
+
+typedef struct {
+  sink_t *sink;           /* NULL: not tapped (or ended) */
+  int is_err;
+  const char *cmd;        /* argv[0]; owned by the exec or spawn state */
+  size_t len;
+  char part[TAP_LINE_MAX];
+} tap_t;
+
+typedef struct {
+  sink_t *s;
+} sinkbox_t;
+
+static sink_t *capture;   /* the installed sink, or NULL (one per process) */
+
+static void sink_clear(sink_t *s) {
+  oline_t *l = s->head, *n;
+  for (; l; l = n) {
+    n = l->next;
+    free(l);
+  }
+  s->head = s->tail = NULL;
+  s->bytes = 0;
+}
+
+static void sink_unref(sink_t *s) {
+  if (--s->refs > 0) return;
+  sink_clear(s);
+  free(s);
+}
+
+/* Queues one line (without its newline), dropping the oldest lines while
+ * the text kept would pass the cap. */
+static void sink_push(sink_t *s, const char *cmd, int is_err, const char *text,
+                      size_t len) {
+  size_t clen = strlen(cmd);
+  struct timespec ts;
+  oline_t *l;
+  if (s->closed) return;
+  while (s->head && s->bytes + len > s->cap) {
+    oline_t *h = s->head;
+    s->head = h->next;
+    if (!s->head) s->tail = NULL;
+    s->bytes -= h->len;
+    s->dropped++;
+    free(h);
+  }
+  l = malloc(sizeof(*l) + clen + len + 2);
+  if (!l) {
+    s->dropped++;
+    return;
+  }
+  clock_gettime(CLOCK_REALTIME, &ts);
+  l->t = (double) ts.tv_sec + ts.tv_nsec / 1e9;
+  l->next = NULL;
+  l->len = len;
+  l->is_err = is_err;
+  memcpy(l->data, cmd, clen + 1);
+  l->text = l->data + clen + 1;
+  memcpy(l->text, text, len);
+  l->text[len] = '\0';
+  if (s->tail) s->tail->next = l;
+  else s->head = l;
+  s->tail = l;
+  s->bytes += len;
+}
+
+/* Taps a stream of a program into the installed sink, if there is one and
+ * want is true. */
+static void tap_init(tap_t *t, const char *cmd, int is_err, int want) {
+  t->sink = want ? capture : NULL;
+  t->is_err = is_err;
+  t->cmd = cmd;
+  t->len = 0;
+  if (t->sink) t->sink->refs++;
+}
+
+/* Cuts n bytes of output into lines for the sink. */
+static void tap_feed(tap_t *t, const char *p, size_t n) {
+  if (!t->sink) return;
+  while (n > 0) {
+    const char *nl = memchr(p, '\n', n);
+    size_t take = nl ? (size_t) (nl - p) : n;
+    if (t->len + take > TAP_LINE_MAX) {
+      size_t room = TAP_LINE_MAX - t->len;
+      memcpy(t->part + t->len, p, room);
+      sink_push(t->sink, t->cmd, t->is_err, t->part, TAP_LINE_MAX);
+      t->len = 0;
+      p += room;
+      n -= room;
+      continue;
+    }
+    memcpy(t->part + t->len, p, take);
+    t->len += take;
+    if (!nl) return;
+    sink_push(t->sink, t->cmd, t->is_err, t->part, t->len);
+    t->len = 0;
+    p = nl + 1;
+    n -= take + 1;
+  }
+}
+
+/* The stream ended: an unfinished last line is queued, the sink let go. */
+static void tap_end(tap_t *t) {
+  if (!t->sink) return;
+  if (t->len > 0) sink_push(t->sink, t->cmd, t->is_err, t->part, t->len);
+  t->len = 0;
+  sink_unref(t->sink);
+  t->sink = NULL;
+}
+
+/* The output option of exec and spawn (at idx): true unless false. */
+static int want_output(lua_State *L, int idx, const char *api) {
+  if (lua_isnil(L, idx)) return 1;
+  if (!lua_isboolean(L, idx))
+    return luaL_error(L, "%s: output must be a boolean (got %s)", api,
+                      luaL_typename(L, idx));
+  return lua_toboolean(L, idx);
+}
+
+static sink_t *check_sink(lua_State *L) {
+  sinkbox_t *b = luaL_checkudata(L, 1, SINK_MT);
+  if (!b->s) luaL_error(L, "baton.output_sink: closed");
+  return b->s;
+}
+
+/* Lets go of the box's sink: no more lines, and no longer installed. */
+static void sinkbox_close(sinkbox_t *b) {
+  sink_t *s = b->s;
+  if (!s) return;
+  b->s = NULL;
+  s->closed = 1;
+  sink_clear(s);
+  if (capture == s) {
+    capture = NULL;
+    s->refs--;            /* the capture's; the box still holds one */
+  }
+  sink_unref(s);
+}
+
+/* baton._output_capture(cap) -> sink: from now on, until sink:close(), the
+ * output of programs started by exec and spawn is queued in it too (worker
+ * only; one at a time: a new one replaces the installed one). */
+static int l_output_capture(lua_State *L) {
+  lua_Number cap = luaL_checknumber(L, 1);
+  sinkbox_t *b;
+  sink_t *s;
+  if (!(cap >= 1) || cap > 1e12)
+    return luaL_error(L, "baton._output_capture: cap must be >= 1 byte");
+  b = lua_newuserdata(L, sizeof(*b));
+  b->s = NULL;
+  luaL_getmetatable(L, SINK_MT);
+  lua_setmetatable(L, -2);
+  s = calloc(1, sizeof(*s));
+  if (!s) return bt_push_fail(L, BT_ENOMEM, NULL);
+  s->cap = (size_t) cap;
+  s->refs = 2;            /* the box, the capture */
+  if (capture) sink_unref(capture);
+  capture = s;
+  b->s = s;
+  return 1;
+}
+
+/* sink:take() -> {{t=, stream=, cmd=, text=}, ...}, dropped; nothing at all
+ * when no line came and none was dropped since the last take. */
+static int l_sink_take(lua_State *L) {
+  sink_t *s = check_sink(L);
+  oline_t *l, *n;
+  int i = 0;
+  if (!s->head && s->dropped == 0) return 0;
+  lua_newtable(L);
+  /* stack: sink list */
+  for (l = s->head; l; l = n) {
+    n = l->next;
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, l->t);
+    lua_setfield(L, -2, "t");
+    lua_pushstring(L, l->is_err ? "stderr" : "stdout");
+    lua_setfield(L, -2, "stream");
+    lua_pushstring(L, l->data);
+    lua_setfield(L, -2, "cmd");
+    lua_pushlstring(L, l->text, l->len);
+    lua_setfield(L, -2, "text");
+    lua_rawseti(L, -2, ++i);
+    free(l);
+  }
+  s->head = s->tail = NULL;
+  s->bytes = 0;
+  lua_pushnumber(L, s->dropped);
+  s->dropped = 0;
+  return 2;
+}
+
+static int l_sink_close(lua_State *L) {
+  sinkbox_close(luaL_checkudata(L, 1, SINK_MT));
+  return 0;
+}
+
+static int l_sink_gc(lua_State *L) {
+  sinkbox_close(luaL_checkudata(L, 1, SINK_MT));
+  return 0;
+}
+
 /* ---- baton.exec -------------------------------------------------------- */
 typedef struct {
   char *p;
@@ -256,6 +498,7 @@ typedef struct {
   uv_write_t wreq;
   bt_co_t *co;            /* the waiting coroutine; NULL once resumed/killed */
   obuf_t obuf, ebuf;
+  tap_t tout, terr;       /* into the run's output capture, if any */
   int nopen;              /* initialised handles not yet closed */
   int pid;
   int spawned, exited, term_sig;
@@ -274,6 +517,8 @@ typedef struct {
 static void on_close(uv_handle_t *h) {
   exec_t *e = h->data;
   if (--e->nopen > 0) return;
+  tap_end(&e->tout);
+  tap_end(&e->terr);
   free(e->obuf.p);
   free(e->ebuf.p);
   free(e);
@@ -406,6 +651,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
   if (nread > 0) {
     b->len += (size_t) nread;
+    tap_feed(is_out ? &e->tout : &e->terr, b->p + b->len - nread, (size_t) nread);
     if (b->len > EXEC_MAX_OUTPUT) fail(e, BT_ETOOLARGE, name);
     return;
   }
@@ -415,6 +661,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   /* EOF, or a read error that ends the stream the same way. */
+  tap_end(is_out ? &e->tout : &e->terr);
   if (is_out && e->out_open) {
     e->out_open = 0;
     close_handle(&e->out);
@@ -460,24 +707,27 @@ static void exec_cancel(void *data) {
   close_handle(&e->timer);
 }
 
-/* baton.exec{cmd, args..., timeout=, env=, cwd=, stdin=}. */
+/* baton.exec{cmd, args..., timeout=, env=, cwd=, stdin=, output=}. */
 static int l_exec(lua_State *L) {
-  static const char *const opts[] = {"timeout", "env", "cwd", "stdin", NULL};
+  static const char *const opts[] = {"timeout", "env", "cwd", "stdin", "output", NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   const char *in_data = NULL, *cmd;
   size_t in_len = 0, cmd_len;
   double timeout = 0;
   cmdline_t c;
-  int rc;
+  int rc, output;
   bt_co_t *co;
   exec_t *e;
   uv_loop_t *loop;
 
   check_cmdline(L, "baton.exec", "{cmd, args..., timeout=, env=, cwd=, "
-                "stdin=}", opts, "timeout, env, cwd or stdin", &c);
+                "stdin=, output=}", opts, "timeout, env, cwd, stdin or output", &c);
   cmd = c.argv[0];
   cmd_len = strlen(cmd);
+  lua_getfield(L, 1, "output");
+  output = want_output(L, -1, "baton.exec");
+  lua_pop(L, 1);
 
   lua_getfield(L, 1, "timeout");
   if (!lua_isnil(L, -1)) {
@@ -514,6 +764,8 @@ static int l_exec(lua_State *L) {
     e->has_in = 1;
   }
   e->timeout = timeout;
+  tap_init(&e->tout, e->cmd, 0, output);
+  tap_init(&e->terr, e->cmd, 1, output);
 
   uv_timer_init(loop, &e->timer);
   uv_pipe_init(loop, &e->out, 0);
@@ -614,6 +866,9 @@ struct proc_s {
   int64_t exit_status;
   int has_closer;
   int stop_signal;        /* what the closer sends; SIGKILL by default */
+  int piped;              /* stdout and stderr are pipes into the capture */
+  uv_pipe_t out, err;     /* (then) read until their EOF */
+  tap_t tout, terr;
   char cmd[];             /* argv[0], for messages */
 };
 
@@ -631,6 +886,38 @@ static void proc_unref(proc_t *p) {
 
 static void on_proc_close(uv_handle_t *h) {
   proc_unref(h->data);
+}
+
+/* A captured output pipe of a spawned program is closed: its tap ends. */
+static void on_spawn_pipe_close(uv_handle_t *h) {
+  proc_t *p = h->data;
+  tap_end(h == (uv_handle_t *) &p->out ? &p->tout : &p->terr);
+  proc_unref(p);
+}
+
+static void spawn_pipe_close(uv_pipe_t *pipe) {
+  if (!uv_is_closing((uv_handle_t *) pipe))
+    uv_close((uv_handle_t *) pipe, on_spawn_pipe_close);
+}
+
+/* Reads go to the tap at once, so one buffer serves every pipe. */
+static char spawn_rbuf[EXEC_READ_CHUNK];
+
+static void on_spawn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void) h;
+  (void) suggested;
+  *buf = uv_buf_init(spawn_rbuf, sizeof(spawn_rbuf));
+}
+
+static void on_spawn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  proc_t *p = st->data;
+  int is_out = st == (uv_stream_t *) &p->out;
+  if (nread > 0) {
+    tap_feed(is_out ? &p->tout : &p->terr, buf->base, (size_t) nread);
+    return;
+  }
+  if (nread == 0) return;
+  spawn_pipe_close(is_out ? &p->out : &p->err);
 }
 
 static void on_pwait_close(uv_handle_t *h) {
@@ -695,6 +982,10 @@ static void proc_closer(bt_closer_t *self) {
   proc_t *p = (proc_t *) ((char *) self - offsetof(proc_t, closer));
   p->has_closer = 0;
   if (!p->exited) signal_group(p->pid, &p->proc, p->stop_signal);
+  if (p->piped) {
+    spawn_pipe_close(&p->out);
+    spawn_pipe_close(&p->err);
+  }
 }
 
 static proc_t *check_proc(lua_State *L) {
@@ -704,20 +995,26 @@ static proc_t *check_proc(lua_State *L) {
 }
 
 /* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null",
- * channel=true} */
+ * channel=true, output=}. With an output capture installed (a worker's run)
+ * and output not false, an inherited stdout and stderr are pipes into it
+ * instead. */
 static int l_spawn(lua_State *L) {
-  static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", NULL};
+  static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", "output",
+                                     NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[4];
   cmdline_t c;
-  int null_stdio = 0, channel = 0, stop_signal = SIGKILL, rc, i;
+  int null_stdio = 0, channel = 0, stop_signal = SIGKILL, rc, i, output;
   uv_stream_t *chan = NULL;
   size_t cmd_len;
   pbox_t *b;
   proc_t *p;
 
-  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=}",
-                opts, "env, cwd, stdio, channel or stop_signal", &c);
+  check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=, "
+                "output=}", opts, "env, cwd, stdio, channel, stop_signal or output", &c);
+  lua_getfield(L, 1, "output");
+  output = want_output(L, -1, "baton.spawn");
+  lua_pop(L, 1);
   lua_getfield(L, 1, "stop_signal");
   if (lua_type(L, -1) == LUA_TSTRING) {
     stop_signal = bt__signal_number(lua_tostring(L, -1));
@@ -777,6 +1074,17 @@ static int l_spawn(lua_State *L) {
     stdio[i].flags = null_stdio ? UV_IGNORE : UV_INHERIT_FD;
     stdio[i].data.fd = i;
   }
+  if (!null_stdio && output && capture) {
+    p->piped = 1;
+    uv_pipe_init(bt_lua_loop(L), &p->out, 0);
+    uv_pipe_init(bt_lua_loop(L), &p->err, 0);
+    p->out.data = p->err.data = p;
+    stdio[1].flags = stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *) &p->out;
+    stdio[2].data.stream = (uv_stream_t *) &p->err;
+    tap_init(&p->tout, p->cmd, 0, 1);
+    tap_init(&p->terr, p->cmd, 1, 1);
+  }
   po.file = c.argv[0];
   po.args = c.argv;
   po.env = c.envp;
@@ -803,11 +1111,19 @@ static int l_spawn(lua_State *L) {
   }
   if (rc) {
     /* uv_spawn initialised the handle even though it failed. */
-    p->refs = 1;
+    p->refs = p->piped ? 3 : 1;
     uv_close((uv_handle_t *) &p->proc, on_proc_close);
+    if (p->piped) {
+      spawn_pipe_close(&p->out);
+      spawn_pipe_close(&p->err);
+    }
     return push_spawn_fail(L, &c, rc);
   }
-  p->refs = 2;
+  p->refs = p->piped ? 4 : 2;   /* + the pipes */
+  if (p->piped) {
+    uv_read_start((uv_stream_t *) &p->out, on_spawn_alloc, on_spawn_read);
+    uv_read_start((uv_stream_t *) &p->err, on_spawn_alloc, on_spawn_read);
+  }
   p->pid = p->proc.pid;
   live_children++;
   p->closer.close = proc_closer;
@@ -1061,6 +1377,20 @@ int bt_lua_open_exec(lua_State *L) {
     lua_setfield(L, -2, "__name");
   }
   lua_pop(L, 1);
+  if (luaL_newmetatable(L, SINK_MT)) {
+    static const luaL_Reg sink_methods[] = {
+      {"take", l_sink_take}, {"close", l_sink_close}, {NULL, NULL}
+    };
+    /* stack: baton mt */
+    lua_newtable(L);
+    luaL_register(L, NULL, sink_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_sink_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_output_capture);
+  lua_setfield(L, -2, "_output_capture");
   lua_pushcfunction(L, l_exec);
   lua_setfield(L, -2, "exec");
   lua_pushcfunction(L, l_spawn);

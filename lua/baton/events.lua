@@ -45,6 +45,7 @@
 -- CLI (cycles), the conductor and the worker share it.
 local baton = require "baton"
 local json = baton.json
+local output = require "baton.node.output"
 
 local format, floor, concat, sort = string.format, math.floor, table.concat, table.sort
 
@@ -159,32 +160,23 @@ end
 ---------------------------------------------------------------------------
 -- output of the triggering run
 
--- HOOK for kept run output (issue 11, "Output of every run"): the tail of
--- what the triggering attempt printed, read from P output/<job>/<id>/ (the
--- run-output change owns that layout: this reads the values under the
--- triggering attempt's number when there are such keys, else all of them,
--- in key order, and keeps the last TAIL_CAP bytes). When nothing is kept
--- there (or it cannot be read), the tail is the triggering run's error, or
--- "". Called by the worker before an event run's run(ctx), never by the
--- conductor.
+-- The tail of what the triggering attempt said (its kept output, read from
+-- P output/<job>/<id>/@<attempt>/, node/output.lua): its lines' text, one
+-- a line, with the cap's "... N lines dropped ..." marker where lines are
+-- missing, the last TAIL_CAP bytes of it. When nothing is kept (or it
+-- cannot be read), the triggering run's error, or "". Called by the worker
+-- before an event run's run(ctx), never by the conductor.
 function M.output_tail(e, P, ev)
-  local base = M.output_prefix(P, ev)
-  local r = e:get(base, { prefix = true, sort = "key", order = "asc" })
-  return M.tail_of(ev, base, r and r.kvs or {})
+  local r = e:get(output.attempt_prefix(P, ev.job, ev.id, ev.attempt), { prefix = true })
+  return M.tail_of(ev, r and r.kvs or {})
 end
 
-function M.output_prefix(P, ev)
-  return P .. "output/" .. tostring(ev.job) .. "/" .. tostring(ev.id) .. "/"
-end
-
--- The tail from the kvs under base (in key order).
-function M.tail_of(ev, base, kvs)
-  local parts, mine = {}, {}
-  for _, kv in ipairs(kvs) do
-    parts[#parts + 1] = kv.value
-    if kv.key:sub(#base + 1):match("^(%d+)") == tostring(ev.attempt) then mine[#mine + 1] = kv.value end
+-- The tail from the chunk kvs of the triggering attempt.
+function M.tail_of(ev, kvs)
+  local parts = {}
+  for _, l in ipairs((output.lines(kvs))) do
+    parts[#parts + 1] = (l.dropped and output.format(l) or tostring(l.text)) .. "\n"
   end
-  if #mine > 0 then parts = mine end
   if #parts == 0 then return ev.error or "" end
   return keep_tail(concat(parts), M.TAIL_CAP)
 end

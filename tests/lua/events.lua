@@ -124,18 +124,20 @@ do
   T.is(events.describe(specs.load.on, true), "succeeded(transform),failed(*)", "describe, short")
 end
 
--- 5. the output hook falls back to the error
+-- 5. the output hook: the triggering attempt's kept lines, else the error
 do
+  local json = baton.json
   local ev = { job = "a", id = "1", attempt = 2, error = "boom" }
-  local base = events.output_prefix("/p/", ev)
-  T.is(base, "/p/output/a/1/", "kept output is read under P output/<job>/<id>/")
-  T.is(events.tail_of(ev, base, {}), "boom", "no kept output: the error")
-  T.is(events.tail_of({ job = "a", id = "1", attempt = 1 }, base, {}), "", "nor an error: empty")
-  local kvs = { { key = base .. "1/0001", value = "first attempt\n" },
-                { key = base .. "2/0001", value = "second " }, { key = base .. "2/0002", value = "attempt\n" } }
-  T.is(events.tail_of(ev, base, kvs), "second attempt\n", "kept output: the triggering attempt's")
-  local big = { { key = base .. "2/0001", value = ("y"):rep(10000) .. "end" } }
-  T.is(#events.tail_of(ev, base, big), events.TAIL_CAP + 3, "its tail only")
+  T.is(events.tail_of(ev, {}), "boom", "no kept output: the error")
+  T.is(events.tail_of({ job = "a", id = "1", attempt = 1 }, {}), "", "nor an error: empty")
+  local function chunk(k, lines) return { key = "/p/output/a/1/@2/" .. k, value = json.encode { lines = lines } } end
+  local kvs = { chunk("00000002", { { n = 3, t = 1, stream = "stdout", text = "third" } }),
+                chunk("00000001", { { n = 1, t = 1, stream = "stdout", text = "first" } }) }
+  T.is(events.tail_of(ev, kvs),
+       "first\n... 1 line dropped (the output of an attempt is capped at 64 KiB) ...\nthird\n",
+       "kept output: its lines in order, with the cap's marker")
+  local big = { chunk("00000001", { { n = 1, t = 1, stream = "stdout", text = ("y"):rep(10000) .. "end" } }) }
+  T.is(#events.tail_of(ev, big), events.TAIL_CAP + 3, "its tail only")
 end
 
 T.done()

@@ -1,4 +1,4 @@
--- baton job put|ls|show|rm|run|kill|pause|resume|history (design.md
+-- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (design.md
 -- sections 4 and 9). Everything here reads and writes etcd keys under the
 -- prefix; the node does the scheduling.
 --
@@ -11,6 +11,7 @@
 --   P running/<name>/<id>              present while an attempt of the run executes
 --   P trigger/<name>/<id>              manual-run requests (see request_run)
 --   P cancel/<name>/<id>               a request to stop a run (baton job kill)
+--   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (node/output.lua)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
@@ -19,6 +20,7 @@ local runs_mod = require "baton.node.runs"
 local policy = require "baton.policy"
 local events = require "baton.events"
 local cycles = require "baton.cli.cycles"
+local output = require "baton.node.output"
 
 local format, concat = string.format, table.concat
 local e = baton.etcd
@@ -33,9 +35,10 @@ local USAGES = {
   pause = "baton job pause NAME",
   resume = "baton job resume NAME",
   history = "baton job history NAME [-n N] [--json]",
+  logs = "baton job logs NAME [ID] [--attempt N] [-f] [--json]",
 }
-local ORDER = { "put", "ls", "show", "rm", "run", "kill", "pause", "resume", "history" }
-local USAGE = "baton job put|ls|show|rm|run|kill|pause|resume|history ..."
+local ORDER = { "put", "ls", "show", "rm", "run", "kill", "pause", "resume", "history", "logs" }
+local USAGE = "baton job put|ls|show|rm|run|kill|pause|resume|history|logs ..."
 for _, k in ipairs(ORDER) do
   USAGE = USAGE .. "\n       " .. USAGES[k]
 end
@@ -59,6 +62,9 @@ killed, by $USER@host, and is not retried or run again.]],
   pause = "No new instants of the job until resume (runs already started finish).",
   resume = "The job fires again from its next instant.",
   history = "Run records, newest first (default 20): id, node, attempt, state, duration, error.",
+  logs = [[Prints the kept output of the job's newest run (or run ID), its last
+attempt unless --attempt N. -f follows a running run live, through an etcd
+watch, and ends with the run's final state; --json prints one object a line.]],
 }
 local HELP = "Jobs stored under <prefix>jobs/. baton job SUBCOMMAND --help says more."
 local current -- the subcommand being run, for its usage line
@@ -416,7 +422,10 @@ function sub.rm(pos, opts)
     { delete = { key = U.key("status", name) .. "/", prefix = true } },
     { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
   }
-  if opts.purge then ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } } end
+  if opts.purge then
+    ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
+    ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
+  end
   local r, err = e:txn {
     compare = { { key = jkey, target = "create", op = ">", value = 0 } },
     success = ops,
@@ -620,7 +629,219 @@ function sub.kill(pos)
   baton.exit(failed and 1 or 0)
 end
 
+---------------------------------------------------------------------------
+-- logs: a run's kept output
+
+-- The record of run id of job name (the newest run without id), as
+-- (kv, rec, revision); or nil, err.
+local function run_record(name, id)
+  local pfx = U.key("runs", name) .. "/"
+  local r, err
+  if id then
+    r, err = e:get(pfx .. id)
+  else
+    r, err = e:get(pfx, { prefix = true, sort = "create", order = "desc", limit = 1 })
+  end
+  if not r then return nil, err end
+  local kv = r.kvs[1]
+  if not kv then
+    local jkv, jerr = get_job(name)
+    if jkv == nil then return nil, jerr end
+    if not jkv then return nil, "ENOENT: no job " .. name .. " at " .. U.key("jobs", name) end
+    if id then return nil, "ENOENT: no run " .. id .. " of job " .. name .. " (see baton job history " .. name .. ")" end
+    return nil, "ENOENT: job " .. name .. " has no runs yet"
+  end
+  return kv, U.decode_object(kv.value) or {}, r.revision
+end
+
+-- While a manual run of job name is requested (P trigger/<name>/...) and
+-- not claimed: the record of the run claimed next, (kv, rec, revision).
+-- false when none is requested; nil, err on failure.
+local function wait_triggered(name)
+  local tp, rp = U.key("trigger", name) .. "/", U.key("runs", name) .. "/"
+  local r, err = e:get(tp, { prefix = true, count_only = true })
+  if not r then return nil, err end
+  if r.count == 0 then return false end
+  local w, werr = e:watch(rp, { prefix = true, start_revision = r.revision + 1 })
+  if not w then return nil, werr end
+  io.stderr:write("baton: job logs " .. name .. ": waiting for a node to start the requested run\n")
+  while true do
+    local evs, _, code = w:next()
+    if not evs and code ~= "ETIMEDOUT" then return nil, "watching the run records: " .. tostring(code) end
+    for _, ev in ipairs(evs or {}) do
+      if ev.type == "put" and ev.kv.version == 1 then
+        w:cancel()
+        return ev.kv, U.decode_object(ev.kv.value) or {}, ev.kv.mod_revision
+      end
+    end
+  end
+end
+
+-- Final states: the run has ended for good.
+local ENDED = { succeeded = true, failed = true, abandoned = true, skipped = true, killed = true,
+                lost = true }
+
+-- The line that ends `logs -f`: how the run ended, or (a given and not
+-- the run's last attempt, or the run not ended) how attempt a ended.
+local function end_line(rec, a)
+  local st, node = U.field(rec, "state"), U.field(rec, "node")
+  local started, finished, err = U.field(rec, "started"), U.field(rec, "finished"), U.field(rec, "error")
+  local what, n = "run ended", U.field(rec, "attempt")
+  if not ENDED[st] or (a and a ~= n) then
+    what, n = "attempt " .. tostring(a) .. " ended", nil
+    for _, at in ipairs(type(rec.attempts) == "table" and rec.attempts or {}) do
+      if type(at) == "table" and at.attempt == a then
+        st, node, started, finished = U.field(at, "state"), U.field(at, "node"), U.field(at, "started"), U.field(at, "finished")
+        err = U.field(at, "error")
+      end
+    end
+  end
+  local bits = {}
+  if n then bits[#bits + 1] = "attempt " .. tostring(n) end
+  if node then bits[#bits + 1] = "on " .. tostring(node) end
+  if type(started) == "number" and type(finished) == "number" then
+    bits[#bits + 1] = U.duration(finished - started)
+  end
+  local s = format("--- %s: %s", what, tostring(st or "?"))
+  if #bits > 0 then s = s .. " (" .. concat(bits, " ") .. ")" end
+  if err then s = s .. ": " .. tostring(err):gsub("\n", " ") end
+  return s .. " ---"
+end
+
+function sub.logs(pos, opts)
+  local name = pos[2]
+  if not name then return usage("needs a NAME") end
+  if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
+  if not job.valid_name(name) then
+    return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
+  end
+  local follow, P = opts.f or opts.follow, U.prefix()
+  local kv, rec, rev
+  if follow and not pos[3] then
+    -- `job run NAME && job logs NAME -f`: a manual run asked for and not
+    -- claimed yet is the run to follow, once a node has claimed it.
+    kv, rec, rev = wait_triggered(name)
+    if kv == nil then return die("logs", name, rec) end
+  end
+  if not kv then kv, rec, rev = run_record(name, pos[3]) end
+  if not kv then return die("logs", name, rec) end
+  local id = kv.key:sub(#U.key("runs", name) + 2)
+  local want = opts.attempt
+  local last = tonumber(U.field(rec, "attempt")) or 0
+  if want and want > last then
+    return die("logs", name, format("ENOENT: run %s has no attempt %d (it has %d)", id, want, last))
+  end
+  local attempt = want or (last > 0 and last or 1)
+  local shown = {} -- attempt -> the last line number printed
+  local function emit(l)
+    if opts.json then
+      l.attempt = attempt
+      U.print_json(l)
+    else
+      io.stdout:write(output.format(l), "\n")
+    end
+  end
+  -- Prints the lines of the attempt's chunk kvs not printed yet, with a
+  -- marker where lines are missing (dropped by the cap).
+  local function show(kvs)
+    local n = shown[attempt] or 0
+    local lines, _, cap = output.lines(kvs)
+    for _, l in ipairs(lines) do
+      if not l.dropped and l.n > n then
+        if l.n > n + 1 then emit { dropped = l.n - n - 1, cap = cap } end
+        emit(l)
+        n = l.n
+      end
+    end
+    shown[attempt] = n
+    io.stdout:flush()
+  end
+  local function read(a, at)
+    local r, err = e:get(output.attempt_prefix(P, name, id, a), { prefix = true, revision = at })
+    if not r then return die("logs", name, err) end
+    return r.kvs, r.revision
+  end
+  local kvs = read(attempt, rev)
+  show(kvs)
+  local state = U.field(rec, "state")
+  if not follow or (want and (want < last or state == "retrying")) or ENDED[state] then
+    if follow then
+      if opts.json then U.print_json { ["end"] = rec } else io.stdout:write(end_line(rec, attempt), "\n") end
+    end
+    return baton.exit(0)
+  end
+
+  -- Follow: the attempt's chunks as they are written, until the record
+  -- says the run has ended (for good; a retry is followed into its next
+  -- attempt unless --attempt was given). The record is written after the
+  -- attempt's last chunk, so reading at the record's revision gets them all.
+  local ow, oerr = e:watch(output.run_prefix(P, name, id), { prefix = true, start_revision = rev + 1 })
+  if not ow then return die("logs", name, oerr) end
+  local rw, rerr = e:watch(kv.key, { start_revision = rev + 1 })
+  if not rw then return die("logs", name, rerr) end
+  local ended
+  -- A next attempt began (seen in its record or in its first chunk, which
+  -- may come first): print its header and what it said so far.
+  local function switch(a, node)
+    if want or a <= attempt then return end
+    attempt = a
+    if not opts.json then
+      io.stdout:write(format("--- attempt %d%s ---\n", a, node and (" on " .. tostring(node)) or ""))
+    end
+    show((read(attempt)))
+  end
+  local function finish(final)
+    local fkvs = read(attempt, final.revision)
+    show(fkvs)
+    if opts.json then U.print_json { ["end"] = final.rec } else io.stdout:write(end_line(final.rec, attempt), "\n") end
+    io.stdout:flush()
+    baton.exit(0)
+  end
+  baton.go(function()
+    while true do
+      local evs, _, code = rw:next()
+      if not evs then
+        if code ~= "ETIMEDOUT" then return die("logs", name, "watching the run record: " .. tostring(code)) end
+      else
+        for _, ev in ipairs(evs) do
+          if ev.type == "delete" then
+            io.stdout:write("--- the run's record was deleted ---\n")
+            return baton.exit(0)
+          end
+          local nrec = U.decode_object(ev.kv.value) or {}
+          local st = U.field(nrec, "state")
+          local a = tonumber(U.field(nrec, "attempt")) or attempt
+          if ENDED[st] or (want and (a > want or st == "retrying")) then
+            ended = { rec = nrec, revision = ev.kv.mod_revision }
+            return finish(ended)
+          end
+          if st == "retrying" and a == attempt and not opts.json then
+            io.stdout:write(format("--- attempt %d ended: %s; it runs again ---\n", a,
+              tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))
+          end
+          switch(a, U.field(nrec, "node"))
+        end
+      end
+    end
+  end)
+  while true do
+    local evs, _, code = ow:next()
+    if not evs then
+      if code ~= "ETIMEDOUT" then return die("logs", name, "watching the output: " .. tostring(code)) end
+    elseif not ended then
+      local mine = {}
+      for _, ev in ipairs(evs) do
+        local a = ev.type == "put" and output.parse_key(P, name, id, ev.kv.key)
+        if a and a > attempt then switch(a) end
+        if a == attempt then mine[#mine + 1] = ev.kv end
+      end
+      if #mine > 0 then show(mine) end
+    end
+  end
+end
+
 local FLAGS = {
+  logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
   put = { name = "string" },
   ls = { json = "flag" },
   show = { json = "flag" },

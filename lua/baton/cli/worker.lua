@@ -12,7 +12,10 @@
 -- revision the node loaded (kept in a small cache), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
--- run, one per line. SIGTERM asks the current run to stop
+-- run, one per line; that, its ctx.log lines and what the programs it
+-- starts print are also the run's kept output, which the worker stores in
+-- etcd while the run runs (lua/baton/node/output.lua), fenced like
+-- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
 -- (baton._sweep, by the worker's containment process, runtime/contain.h)
 -- before its end is recorded or reported. A run that leaves coroutines
@@ -24,6 +27,7 @@ local baton = require "baton"
 local jobmod = require "baton.job"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
+local output = require "baton.node.output"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -73,20 +77,27 @@ local function run_fields(run)
            attempt = run.attempt }
 end
 
-local function logger(fields, level)
+-- What the node knows and no stored output may show (output.lua).
+local SECRETS = output.node_secrets()
+
+-- ctx.log.<level>: a line of the node's log with the run's fields, and a
+-- line of the run's kept output (buf).
+local function logger(fields, level, buf)
   return function(msg, extra)
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     for k, v in pairs(extra or {}) do f[k] = v end
     baton.log[level](msg, f)
+    if buf then buf:add { stream = "log", level = level, text = tostring(msg), fields = extra } end
   end
 end
 
 -- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
 -- becomes log lines of the run, one per line as soon as the line is
--- complete, tagged with the run's fields and the stream. out.flush()
--- writes what is left of an unfinished line at the end of the run.
-local function output(run)
+-- complete, tagged with the run's fields and the stream, and lines of its
+-- kept output (kept, an output.lua buffer). out.flush() writes what is left
+-- of an unfinished line at the end of the run.
+local function printed(run, kept)
   local fields, bufs = run_fields(run), { stdout = "", stderr = "" }
   local function emit(stream, data)
     local buf = bufs[stream] .. data
@@ -96,7 +107,9 @@ local function output(run)
       if not nl then break end
       local f = { stream = stream }
       for k, v in pairs(fields) do f[k] = v end
-      baton.log.info(buf:sub(from, nl - 1), f)
+      local text = output.redact(buf:sub(from, nl - 1), SECRETS)
+      baton.log.info(text, f)
+      if kept then kept:add { stream = stream, text = text } end
       from = nl + 1
     end
     bufs[stream] = buf:sub(from)
@@ -152,15 +165,15 @@ local function event_of(run)
   return ev
 end
 
-local function context(run, state)
+local function context(run, state, kept)
   local fields = run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     params = opt(run.params) or {},
     event = event_of(run),
-    log = { info = logger(fields, "info"), warn = logger(fields, "warn"),
-            error = logger(fields, "error"), debug = logger(fields, "debug") },
+    log = { info = logger(fields, "info", kept), warn = logger(fields, "warn", kept),
+            error = logger(fields, "error", kept), debug = logger(fields, "debug", kept) },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -232,18 +245,27 @@ local function execute(run, state)
   if not src then return { ok = false, error = serr } end
   local spec, lerr = jobmod.load(src.text, run.job, src.revision)
   if not spec then return { ok = false, error = lerr } end
-  local out = output(run)
+  -- The attempt's kept output, stored while it runs (output.lua).
+  local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
+                            attempt = run.attempt, marker = run.marker, fence = run.fence,
+                            secrets = SECRETS, capture = true }:start()
+  local out = printed(run, kept)
   if rawget(spec.env, "print") == nil then spec.env.print = out.print end
   if rawget(spec.env, "io") == nil then spec.env.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
   local started = now()
-  local ok, res, err = pcall(spec.run, context(run, state))
+  local ok, res, err = pcall(spec.run, context(run, state, kept))
   -- A stop request may have ended what the run waited on: let it be seen
   -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
   out.flush()
   -- Every process the run started ends before its end is known.
   local swept = baton._sweep(30)
+  -- What they wrote last is read first (a turn of the loop); the output is
+  -- stored before the end is recorded, so a reader that sees the end (job
+  -- logs -f) has all of it.
+  baton.sleep(0)
+  kept:finish()
   local reply
   if not ok then reply = { ok = false, error = error_text(res) }
   elseif (res == nil or res == false) and err ~= nil then reply = { ok = false, error = error_text(err) }
@@ -270,6 +292,7 @@ return function()
   -- Whatever else writes to stdout (not a run: those are captured) goes
   -- out line by line, not minutes later when a buffer fills.
   io.stdout:setvbuf("line")
+  output.start_flusher()
   local state = {}
   baton.go(function()
     while true do

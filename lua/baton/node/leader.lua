@@ -10,10 +10,12 @@
 --     started (the cluster was down, or every claim failed) follow the
 --     job's misfire policy and starting_deadline; every instant or shard not
 --     run is recorded as skipped with the reason.
---   * history: keeps the newest `history` run records per job.
+--   * history: keeps the newest `history` run records per job; a record's
+--     kept output (output/<job>/<id>/@..., node/output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
+local output = require "baton.node.output"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -326,7 +328,8 @@ local function prune(self)
         local id = key:sub(#P + 7 + #name)
         ops[#ops + 1] = { txn = {
           compare = { { key = P .. "inflight/" .. name .. "/" .. id, target = "create", op = "==", value = 0 } },
-          success = { { delete = { key = key } } } } }
+          success = { { delete = { key = key } },
+                      { delete = { key = output.run_prefix(P, name, id), prefix = true } } } } }
         if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
       end
     end

@@ -1,0 +1,407 @@
+-- The kept output of a run (design.md section 9): what each attempt says —
+-- ctx.log lines, print / io.write, and the stdout and stderr of the
+-- programs it starts with baton.exec / baton.spawn — stored in etcd next to
+-- its record, capped, while it runs. The worker writes it (it has the
+-- lines, its own etcd client and the attempt's fence); `baton job logs`
+-- reads it.
+--
+-- Keys, under the prefix P, for attempt <n> of run <id> of job <job>:
+--
+--   output/<job>/<id>/@<n>/<chunk>   JSON {"lines": [line, ...], "cap": bytes}
+--
+-- (and the cap it was written under). <chunk> is a number of 8 digits, one
+-- per flush, in order. A line is
+-- {n, t, stream, text [, level, fields] [, cmd]}: n counts the attempt's
+-- lines from 1 (a gap in n is lines dropped by the cap), t is epoch seconds,
+-- stream is "stdout" or "stderr" (print, io.write, io.stderr:write; with
+-- cmd, the program's), or "log" (ctx.log, with level and fields). A run id
+-- is an instant, an instant with milliseconds, <instant>/<shard> or a queue
+-- task id (no "/"): no component of one starts with "@", so the output of
+-- run <id> is exactly the keys under output/<job>/<id>/@, and a shard's
+-- (output/<job>/<id>/<shard>/@...) is never among them.
+--
+-- Every write is a transaction that compares the attempt's fence (the
+-- create revision of its lease-bound running/ marker), like ctx:put_fenced,
+-- and none is made once the node's fence board says its lease may be gone:
+-- an attempt that lost its claim stores nothing more.
+--
+-- The cap (CAP bytes per attempt: each line's text and LINE_COST bytes for
+-- its fields) holds both in the worker's memory and in etcd: the oldest
+-- lines are dropped first, and counted (the gap in n). Lines are written in
+-- chunks of at most CAP/8, at most every INTERVAL seconds and at most RATE
+-- bytes per second, each flush one transaction (its chunks, and one range
+-- delete of the oldest chunks past the cap), so a job printing a megabyte a
+-- second costs one write a second of at most CAP bytes, and a job that
+-- prints nothing costs no write at all.
+local baton = require "baton"
+local json = baton.json
+
+local format, floor, concat = string.format, math.floor, table.concat
+
+local M = {}
+
+M.CAP = 64 * 1024 -- bytes of text kept per attempt
+M.INTERVAL = 0.5 -- seconds between flushes, at least
+M.RATE = 64 * 1024 -- bytes per second written, at most (per attempt)
+M.FINAL_WAIT = 3 -- seconds the last flush may take, etcd failing
+M.LINE_MAX = 4096 -- longer lines are cut into lines of this many bytes
+M.LINE_COST = 48 -- bytes a line counts for besides its text (its JSON fields)
+
+-- The prefix of all the output of run id (every attempt).
+function M.run_prefix(P, job, id)
+  return P .. "output/" .. job .. "/" .. id .. "/@"
+end
+
+-- The prefix of one attempt's output.
+function M.attempt_prefix(P, job, id, attempt)
+  return M.run_prefix(P, job, id) .. tostring(attempt) .. "/"
+end
+
+-- The attempt a key under run_prefix belongs to, and its chunk number.
+function M.parse_key(P, job, id, key)
+  local rest = key:sub(#M.run_prefix(P, job, id) + 1)
+  local a, c = rest:match("^(%d+)/(%d+)$")
+  return tonumber(a), tonumber(c)
+end
+
+---------------------------------------------------------------------------
+-- secrets
+
+-- What the node knows that must never be stored: the etcd password
+-- (--password, BATON_PASSWORD) and the content of the HTTP token file
+-- (BATON_HTTP_TOKEN_FILE, which the node's --http-token-file sets).
+function M.node_secrets()
+  local list, seen = {}, {}
+  local function add(s)
+    if type(s) ~= "string" then return end
+    s = s:gsub("^%s+", ""):gsub("%s+$", "")
+    if s ~= "" and not seen[s] then seen[s] = true; list[#list + 1] = s end
+  end
+  add(baton.config and baton.config.password)
+  add(os.getenv("BATON_PASSWORD"))
+  local tf = os.getenv("BATON_HTTP_TOKEN_FILE")
+  if tf and tf ~= "" then
+    local f = io.open(tf, "rb")
+    if f then add(f:read("*a")); f:close() end
+  end
+  -- The longest first: a secret that contains another is redacted whole.
+  table.sort(list, function(a, b) return #a > #b end)
+  return list
+end
+
+M.REDACTED = "[redacted]"
+
+-- text with every occurrence of each secret replaced by [redacted].
+function M.redact(text, secrets)
+  for i = 1, #secrets do
+    local s = secrets[i]
+    if text:find(s, 1, true) then
+      local parts, from = {}, 1
+      while true do
+        local a, b = text:find(s, from, true)
+        if not a then break end
+        parts[#parts + 1] = text:sub(from, a - 1)
+        parts[#parts + 1] = M.REDACTED
+        from = b + 1
+      end
+      parts[#parts + 1] = text:sub(from)
+      text = concat(parts)
+    end
+  end
+  return text
+end
+
+---------------------------------------------------------------------------
+-- an attempt's buffer (in the worker)
+
+local B = {}
+B.__index = B
+
+-- A buffer for one attempt. o: {etcd, P, job, id, attempt, marker, fence,
+-- cap, secrets, capture (true: also take what programs print)}.
+function M.new(o)
+  local self = setmetatable({
+    e = o.etcd or baton.etcd, P = o.P, job = o.job, id = o.id, attempt = o.attempt,
+    marker = o.marker, fence = o.fence, cap = o.cap or M.CAP, secrets = o.secrets or {},
+    q = {}, qh = 1, qt = 0, qbytes = 0, -- lines not written yet
+    n = 0,                             -- lines said so far
+    chunks = {}, ch = 1, ct = 0,       -- chunks in etcd, chunks[ch..ct]: {key, bytes}
+    sbytes = 0, nchunk = 0, writes = 0,
+  }, B)
+  self.prefix = M.attempt_prefix(o.P, o.job, o.id, o.attempt)
+  if o.capture then self.sink = baton._output_capture(self.cap) end
+  return self
+end
+
+-- Lines dropped before they were queued (programs' lines dropped by the
+-- capture's own cap): they count in n, as a gap.
+function B:skip(n)
+  self.n = self.n + n
+end
+
+-- Queues one line: {stream=, text=, t=, level=, fields=, cmd=}. The oldest
+-- queued lines go while the queued lines pass the cap. A line longer than
+-- LINE_MAX is cut into lines of LINE_MAX bytes.
+function B:add(line)
+  if self.sink and not line.from_sink then self:drain() end
+  line.from_sink = nil
+  local text = line.text
+  if type(text) ~= "string" then text = tostring(text) end
+  while #text > M.LINE_MAX do
+    local piece = {}
+    for k, v in pairs(line) do piece[k] = v end
+    piece.text = text:sub(1, M.LINE_MAX)
+    self:queue(piece)
+    text = text:sub(M.LINE_MAX + 1)
+  end
+  line.text = text
+  self:queue(line)
+end
+
+local function plain(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" then return v end
+  if v == json.null then return v end
+  if t == "table" then
+    local ok, text = pcall(json.encode, v)
+    if ok then return text end
+  end
+  return tostring(v)
+end
+
+function B:queue(line)
+  self.n = self.n + 1
+  line.n = self.n
+  line.t = line.t or baton.now()
+  line.text = M.redact(line.text, self.secrets)
+  if line.fields then
+    local f = {}
+    for k, v in pairs(line.fields) do
+      v = plain(v)
+      f[tostring(k)] = type(v) == "string" and M.redact(v, self.secrets) or v
+    end
+    line.fields = next(f) and f or nil
+  end
+  line.cost = #line.text + M.LINE_COST
+  self.qt = self.qt + 1
+  self.q[self.qt] = line
+  self.qbytes = self.qbytes + line.cost
+  while self.qbytes > self.cap and self.qh < self.qt do
+    self.qbytes = self.qbytes - self.q[self.qh].cost
+    self.q[self.qh] = nil
+    self.qh = self.qh + 1
+  end
+end
+
+-- Moves what the programs printed from the capture into the queue.
+function B:drain()
+  local sink = self.sink
+  if not sink then return end
+  local lines, dropped = sink:take()
+  if not lines then return end
+  self:skip(dropped)
+  for i = 1, #lines do
+    local l = lines[i]
+    self:add { stream = l.stream, text = l.text, t = l.t, cmd = l.cmd:match("[^/]*$"),
+               from_sink = true }
+  end
+end
+
+local function encode_line(l)
+  return { n = l.n, t = floor(l.t * 1000 + 0.5) / 1000, stream = l.stream, text = l.text,
+           level = l.level, fields = l.fields, cmd = l.cmd }
+end
+
+-- Writes the queued lines as the next chunks (each at most cap/8 bytes),
+-- and deletes the oldest chunks (one range) while what is stored would
+-- pass the cap: since no chunk is larger than an eighth of the cap, what
+-- is left is always at least 7/8 of it, the newest lines. Fenced. Returns
+-- true when nothing is left to write, nil when etcd could not be asked
+-- (the lines stay queued), false once this attempt may write no more.
+function B:flush()
+  self:drain()
+  if self.dead then return false end
+  if self.qt < self.qh then return true end
+  if baton._fenced() then
+    self.dead = "the node's lease may be gone"
+    return false
+  end
+  local last, piece_max = self.qt, math.max(1, floor(self.cap / 8))
+  local pieces, piece, pbytes, bytes = {}, {}, 0, 0
+  for i = self.qh, last do
+    local l = self.q[i]
+    if pbytes + l.cost > piece_max and #piece > 0 then
+      pieces[#pieces + 1] = { lines = piece, bytes = pbytes }
+      piece, pbytes = {}, 0
+    end
+    piece[#piece + 1] = encode_line(l)
+    pbytes = pbytes + l.cost
+    bytes = bytes + l.cost
+  end
+  pieces[#pieces + 1] = { lines = piece, bytes = pbytes }
+  local ops = {}
+  for k, pc in ipairs(pieces) do
+    pc.key = self.prefix .. format("%08d", self.nchunk + k)
+    ops[k] = { put = { key = pc.key, value = json.encode { cap = self.cap, lines = pc.lines } } }
+  end
+  local stored, drop = self.sbytes + bytes, self.ch
+  while stored > self.cap and drop <= self.ct do
+    stored = stored - self.chunks[drop][2]
+    drop = drop + 1
+  end
+  if drop > self.ch then
+    -- The oldest chunks, ch .. drop-1: one range.
+    local upto = drop <= self.ct and self.chunks[drop][1] or pieces[1].key
+    ops[#ops + 1] = { delete = { key = self.chunks[self.ch][1], range_end = upto } }
+  end
+  self.flushing = true
+  local r = self.e:txn {
+    compare = { { key = self.marker, target = "create", op = "==", value = self.fence } },
+    success = ops,
+  }
+  self.flushing = false
+  if not r then return nil end
+  if not r.succeeded then
+    self.dead = "the run's claim was lost"
+    return false
+  end
+  self.writes = self.writes + 1
+  self.nchunk = self.nchunk + #pieces
+  for i = self.ch, drop - 1 do self.chunks[i] = nil end
+  self.ch = drop
+  for _, pc in ipairs(pieces) do
+    self.ct = self.ct + 1
+    self.chunks[self.ct] = { pc.key, pc.bytes }
+  end
+  self.sbytes = stored
+  -- What was written leaves the queue (lines that came meanwhile stay; the
+  -- cap may have dropped some of those written already).
+  for i = self.qh, last do
+    self.qbytes = self.qbytes - self.q[i].cost
+    self.q[i] = nil
+  end
+  if self.qh <= last then self.qh = last + 1 end
+  self.next_in = math.max(M.INTERVAL, bytes / M.RATE)
+  return self.qt < self.qh
+end
+
+-- flush, but a failure of baton's own (a bug) ends this attempt's output
+-- with a log line instead of failing the worker and its run.
+function B:safe_flush()
+  local ok, res = pcall(self.flush, self)
+  if ok then return res end
+  self.flushing = false
+  self.dead = "flush failed: " .. tostring(res)
+  baton.log.error("a run's output could not be stored", { job = self.job, instant = self.id,
+                                                           attempt = self.attempt, error = res })
+  return false
+end
+
+-- The worker's flusher: one coroutine for the whole life of the worker
+-- process (so that a run leaves no coroutine of its own behind), which
+-- flushes the current attempt's buffer every INTERVAL seconds (or less
+-- often, after large writes: RATE).
+local current, wake
+
+function M.start_flusher()
+  wake = baton._cond()
+  baton.go(function()
+    while true do
+      local b = current
+      if not b then
+        wake:wait()
+      else
+        baton.sleep(b.next_in or M.INTERVAL)
+        if current == b then b:safe_flush() end
+      end
+    end
+  end)
+end
+
+-- Makes b the buffer the flusher writes.
+function B:start()
+  current = self
+  if wake then wake:signal() end
+  return self
+end
+
+-- The attempt ended: the last lines are written (trying for up to
+-- FINAL_WAIT seconds while etcd fails), and the capture closed. Returns
+-- true when everything said is stored (or was dropped by the cap).
+function B:finish()
+  if current == self then current = nil end
+  local deadline = baton.monotime() + M.FINAL_WAIT
+  while self.flushing and baton.monotime() < deadline do baton.sleep(0.01) end
+  local ok = self:safe_flush()
+  while ok == nil and baton.monotime() < deadline do
+    baton.sleep(0.2)
+    ok = self:safe_flush()
+  end
+  if self.sink then self.sink:close(); self.sink = nil end
+  return ok == true
+end
+
+---------------------------------------------------------------------------
+-- reading (baton job logs)
+
+-- The output of one attempt as stored: its lines in order, with
+-- {dropped = k, cap = bytes} entries where k lines are missing (dropped by
+-- the cap), the number of the last line, and the cap. kvs are the chunk
+-- kvs of the attempt (any order).
+function M.lines(kvs)
+  local chunks, cap = {}, nil
+  for _, kv in ipairs(kvs) do
+    local ok, v = pcall(json.decode, kv.value)
+    if ok and type(v) == "table" and type(v.lines) == "table" then
+      chunks[#chunks + 1] = { key = kv.key, lines = v.lines }
+      cap = tonumber(v.cap) or cap
+    end
+  end
+  table.sort(chunks, function(a, b) return a.key < b.key end)
+  local out, n = {}, 0
+  for _, c in ipairs(chunks) do
+    for _, l in ipairs(c.lines) do
+      if type(l) == "table" and type(l.n) == "number" and l.n > n then
+        if l.n > n + 1 then out[#out + 1] = { dropped = l.n - n - 1, cap = cap } end
+        out[#out + 1] = l
+        n = l.n
+      end
+    end
+  end
+  return out, n, cap
+end
+
+-- One line for a reader: time, source, text.
+--   2026-12-01T10:00:00.123Z stdout  hello
+--   2026-12-01T10:00:00.200Z info    report made day=2026-11-29
+--   2026-12-01T10:00:00.300Z sh:err  oops
+function M.format(l)
+  if l.dropped then
+    local cap = tonumber(l.cap) or M.CAP
+    return format("... %d line%s dropped (the output of an attempt is capped at %s) ...",
+                  l.dropped, l.dropped == 1 and "" or "s",
+                  cap % 1024 == 0 and format("%d KiB", cap / 1024) or format("%d bytes", cap))
+  end
+  local t = tonumber(l.t) or 0
+  local ts = os.date("!%Y-%m-%dT%H:%M:%S", floor(t)) .. format(".%03dZ", floor((t % 1) * 1000 + 0.5) % 1000)
+  local src, text = l.stream, tostring(l.text)
+  if l.stream == "log" then
+    src = tostring(l.level or "info")
+    if type(l.fields) == "table" then
+      local keys = {}
+      for k in pairs(l.fields) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for _, k in ipairs(keys) do
+        local v = l.fields[k]
+        v = type(v) == "table" and json.encode(v) or tostring(v)
+        if v:find("[%s\"=]") or v == "" then v = format("%q", v):gsub("\\\n", "\\n") end
+        text = text .. " " .. k .. "=" .. v
+      end
+    end
+  elseif l.cmd and l.cmd ~= json.null then
+    src = tostring(l.cmd) .. (l.stream == "stderr" and ":err" or ":out")
+  end
+  return format("%s %-7s %s", ts, src, text)
+end
+
+return M
