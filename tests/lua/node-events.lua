@@ -361,6 +361,25 @@ do
   T.is(total, "2499", "transform wrote the batch's total where load read it")
 end
 
+-- 8. job rm of an event job takes the events waiting for it, not the
+-- pending retries of its runs that have a record (with the nodes stopped,
+-- so that none takes the entries first)
+do
+  for _, n in ipairs { "a", "b", "c" } do c:stop(n) end
+  local src = "return { on = { failed = { 'nosuch' } }, run = function() end }"
+  F.write(c.dir .. "/gone.lua", src)
+  T.is(c:cli("job", "put", c.dir .. "/gone.lua").code, 0, "an event job to remove")
+  local ev = P .. "pending/gone/2026-11-29T02:00:04.120Z~nosuch~2026-11-29T02:00:00Z~failed"
+  local retry = P .. "pending/gone/2026-11-29T01:00:00Z"
+  assert(c.e:put(ev, json.encode { at = 0, attempt = 1, reason = "event" }))
+  assert(c.e:put(P .. "runs/gone/2026-11-29T01:00:00Z", json.encode { state = "retrying" }))
+  assert(c.e:put(retry, json.encode { at = 0, attempt = 2, reason = "retry" }))
+  local r = c:cli("job", "rm", "gone")
+  T.is(r.code, 0, "job rm of an event job")
+  T.is(#assert(c.e:get(ev)).kvs, 0, "its waiting event is gone with it")
+  T.is(#assert(c.e:get(retry)).kvs, 1, "a pending retry of a recorded run stays")
+end
+
 c:destroy()
 sink:kill("SIGKILL")
 sink:wait()

@@ -422,6 +422,15 @@ function sub.rm(pos, opts)
     { delete = { key = U.key("status", name) .. "/", prefix = true } },
     { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
   }
+  -- Events waiting for the job (pending/ entries with an event id, which
+  -- have no record yet) go with it; pending retries of runs that have a
+  -- record stay, so those runs are still ended (abandoned) by a node.
+  local pend = U.key("pending", name) .. "/"
+  local pr, perr = e:get(pend, { prefix = true, keys_only = true })
+  if not pr then return die("rm", name, perr) end
+  for _, kv in ipairs(pr.kvs) do
+    if kv.key:sub(#pend + 1):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
+  end
   if opts.purge then
     ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
     ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
