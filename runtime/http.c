@@ -985,6 +985,9 @@ static int request_native(bt_http_t *h, const bt_http_opts_t *o,
     return err ? err : BT_ENOMEM;
   }
   req->head_only = strcmp(method, "HEAD") == 0;
+  /* (the loop's cached time may be stale by what this loop iteration has
+   * run so far: a timeout counts from now, not from then) */
+  uv_update_time(h->loop);
   req->t_start = uv_now(h->loop);
   req->timeout_ms = o->timeout_ms > 0 ? (uint64_t) o->timeout_ms : 0;
   req->connect_ms = o->connect_timeout_ms > 0 ? (uint64_t) o->connect_timeout_ms
