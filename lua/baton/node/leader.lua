@@ -137,9 +137,10 @@ function M.last_fire(kv)
 end
 
 -- Sets where the misfire check of every job not yet checked starts (its
--- newest run record), reading them 128 jobs per transaction: a leader that
--- takes over a store of thousands of jobs makes tens of requests, not
--- thousands. For a sharded job it starts before the newest two instants
+-- newest run record from before this node loaded it, else that moment; see
+-- below), reading 64 jobs per transaction: a leader that takes over a
+-- store of thousands of jobs makes tens of requests, not thousands. For a
+-- sharded job it starts before the newest two instants
 -- with a record, so a shard of theirs that no node ran (say, the previous
 -- leader died before it checked them) is found too. A batch whose read
 -- fails stays unseeded and is read again at the next check, so no outage
@@ -151,29 +152,38 @@ local function seed_marks(self)
   for name, j in pairs(self.jobs) do
     if not self.marks[name] and not j.spec.manual and not j.spec.queue then names[#names + 1] = name end
   end
-  for i = 1, #names, 128 do
+  for i = 1, #names, 64 do
     local ops, batch = {}, {}
-    for k = i, math.min(i + 127, #names) do
+    for k = i, math.min(i + 63, #names) do
       local name = names[k]
       batch[#batch + 1] = name
-      -- The newest record from before this node scheduled the job: what it
-      -- ran since is not a misfire.
+      -- From the newest record from before this node loaded the job, or
+      -- else from when it loaded it: an earlier leader may have died before
+      -- it looked at what came since, and this node's own timer firing is
+      -- no proof that a run started (it may not be eligible). But not
+      -- before the oldest record kept: history pruning deleted the ones
+      -- before it, and their instants are not misfires.
       local base = P .. "runs/" .. name .. "/"
       local loaded = self.jobs[name].loaded_at or now
       local shards = self.jobs[name].spec.shards or 1
       ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
                                 order = "desc", limit = shards > 1 and 2 * shards or 1 } }
+      ops[#ops + 1] = { get = { key = base, prefix = true, sort = "key", order = "asc", limit = 1 } }
     end
     local r = e:txn { success = ops }
     if not r then return end
     for k, name in ipairs(batch) do
-      local kvs, from = r.responses[k].kvs, nil
+      local kvs, from = r.responses[2 * k - 1].kvs, nil
       for _, kv in ipairs(kvs) do
         local f = M.last_fire(kv)
         if f and (not from or f < from) then from = f end
       end
       if from and #kvs > 1 then from = from - 0.001 end
-      self.marks[name] = from or now
+      from = from or self.jobs[name].loaded_at or now
+      local oldest = r.responses[2 * k].kvs[1]
+      local floor = oldest and M.last_fire(oldest)
+      if floor and floor - 0.001 > from then from = floor - 0.001 end
+      self.marks[name] = from
     end
   end
 end
