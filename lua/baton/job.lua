@@ -215,6 +215,9 @@ end
 
 local function qs(s) return format("%q", s) end
 
+-- nil and the message of field f being wrong.
+local function field(f, msg) return nil, format("field '%s': %s", f, msg) end
+
 local function is_int(v) return type(v) == "number" and v == floor(v) and v > -huge and v < huge end
 local function is_finite(v) return type(v) == "number" and v == v and v > -huge and v < huge end
 
@@ -296,24 +299,24 @@ local function check_on(on, name)
     end
     local f, list = "on." .. k, on[k]
     if type(list) ~= "table" or not is_list(list) or #list == 0 then
-      return nil, format("field '%s': expected a list of job names ({\"backup\"} or {\"*\"}), got %s",
-        f, type(list) ~= "table" and typename(list) or next(list) == nil and "an empty list"
-          or "a table that is not a list")
+      return field(f, format("expected a list of job names ({\"backup\"} or {\"*\"}), got %s",
+        type(list) ~= "table" and typename(list) or next(list) == nil and "an empty list"
+          or "a table that is not a list"))
     end
     local state = known[k]
     local set = out[state] or {}
     out[state] = set
     for i, n in ipairs(list) do
       if type(n) ~= "string" then
-        return nil, format("field '%s': entry %d is a %s, not a job name", f, i, typename(n))
+        return field(f, format("entry %d is a %s, not a job name", i, typename(n)))
       end
       if n ~= "*" and not M.valid_name(n) then
-        return nil, format("field '%s': %s is not a job name (letters, digits, '_', '.', '-'; or \"*\" "
-          .. "for every job)", f, qs(n))
+        return field(f, format("%s is not a job name (letters, digits, '_', '.', '-'; or \"*\" "
+          .. "for every job)", qs(n)))
       end
       if n == name then
-        return nil, format("field '%s': names the job itself: each of its runs would start the next "
-          .. "(cycle: %s -> %s)", f, name, name)
+        return field(f, format("names the job itself: each of its runs would start the next "
+          .. "(cycle: %s -> %s)", name, name))
       end
       local dup = false
       for _, x in ipairs(set) do if x == n then dup = true end end
@@ -325,6 +328,33 @@ local function check_on(on, name)
 end
 
 -- Validates the table a job file returned; returns the spec or nil, msg.
+-- A table of string keys to string values (labels, params), checked in
+-- key order so the message names the first bad entry; nil, message naming
+-- field when it is not one. name_pattern, when given, is what keys match.
+local function string_map(v, name, what, value_is, name_pattern)
+  local out = {}
+  if v == nil then return out end
+  local e = want_type(v, "table")
+  if e then return field(name, e) end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    if type(k) ~= "string" then
+      return field(name, format("key %s is a %s; %s, {region = \"eu\"}", tostring(k), type(k), what))
+    end
+    if name_pattern and not k:find(name_pattern) then
+      return field(name, format("%s is not a parameter name (letters, digits and '_', "
+        .. "not starting with a digit)", qs(k)))
+    end
+    if type(v[k]) ~= "string" then
+      return field(name, format("%s of %s must be a string, got %s", value_is, qs(k), typename(v[k])))
+    end
+    out[k] = v[k]
+  end
+  return out
+end
+
 local function validate(t, name)
   local known = {}
   for _, f in ipairs(FIELDS) do known[f] = true end
@@ -335,7 +365,6 @@ local function validate(t, name)
     if not known[k] then return nil, unknown_field("the table", k, FIELDS, ALIASES) end
   end
 
-  local function field(f, msg) return nil, format("field '%s': %s", f, msg) end
   local spec = { name = name }
 
   -- run
@@ -520,53 +549,15 @@ local function validate(t, name)
     spec.policy = t.policy
   end
 
-  -- labels
-  local labels = {}
-  if t.labels ~= nil then
-    local e = want_type(t.labels, "table")
-    if e then return field("labels", e) end
-    local lk = {}
-    for k in pairs(t.labels) do lk[#lk + 1] = k end
-    sort(lk, function(a, b) return tostring(a) < tostring(b) end)
-    for _, k in ipairs(lk) do
-      local v = t.labels[k]
-      if type(k) ~= "string" then
-        return field("labels", format("key %s is a %s; labels map names to values, {region = \"eu\"}",
-          tostring(k), type(k)))
-      end
-      if type(v) ~= "string" then
-        return field("labels", format("the value of %s must be a string, got %s", qs(k), typename(v)))
-      end
-      labels[k] = v
-    end
-  end
+  -- labels, and params: the parameters a manual run may give (baton job
+  -- run --param k=v), with their defaults; every run gets them in
+  -- ctx.params
+  local labels, lerr = string_map(t.labels, "labels", "labels map names to values", "the value")
+  if not labels then return nil, lerr end
   spec.labels = labels
-
-  -- params: the parameters a manual run may give (baton job run --param
-  -- k=v), with their defaults; every run gets them in ctx.params
-  local params = {}
-  if t.params ~= nil then
-    local e = want_type(t.params, "table")
-    if e then return field("params", e) end
-    local pk = {}
-    for k in pairs(t.params) do pk[#pk + 1] = k end
-    sort(pk, function(a, b) return tostring(a) < tostring(b) end)
-    for _, k in ipairs(pk) do
-      local v = t.params[k]
-      if type(k) ~= "string" then
-        return field("params", format("key %s is a %s; params map names to default values, {region = \"eu\"}",
-          tostring(k), type(k)))
-      end
-      if not k:find("^[%a_][%w_]*$") then
-        return field("params", format("%s is not a parameter name (letters, digits and '_', "
-          .. "not starting with a digit)", qs(k)))
-      end
-      if type(v) ~= "string" then
-        return field("params", format("the default of %s must be a string, got %s", qs(k), typename(v)))
-      end
-      params[k] = v
-    end
-  end
+  local params, perr = string_map(t.params, "params", "params map names to default values",
+                                  "the default", "^[%a_][%w_]*$")
+  if not params then return nil, perr end
   spec.params = params
   -- on
   if t.on ~= nil then
