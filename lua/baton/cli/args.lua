@@ -86,4 +86,28 @@ end
 
 M.SIGNUM = { SIGHUP = 1, SIGINT = 2, SIGTERM = 15 }
 
+-- Runs the subcommand argv[1] of command cmd ("job", "policy"): its help
+-- (cmd --help, cmd help [SUB], cmd SUB --help), or the subcommand with its
+-- parsed flags and positionals (its name is positional 1, so flags may come
+-- before NAME; a flag it does not know lands after NAME and is refused).
+-- d = {sub =, usages =, helps =, usage =, help =, flags =,
+--      fail = function(msg) (a usage error), select = function(what)}.
+function M.dispatch(cmd, argv, d)
+  local what = argv[1]
+  if not what then return d.fail("needs a subcommand") end
+  if M.is_help(what) or what == "help" then
+    local about = argv[2]
+    if about and d.sub[about] then return M.help(d.usages[about], d.helps[about]) end
+    if about and what == "help" then return d.fail("unknown subcommand \"" .. about .. "\"") end
+    return M.help(d.usage, d.help)
+  end
+  if not d.sub[what] then return d.fail("unknown subcommand \"" .. what .. "\"") end
+  if d.select then d.select(what) end
+  local opts, pos = M.parse(cmd .. " " .. what, d.usages[what], d.flags[what], { unpack(argv) }, d.helps[what])
+  for i = 2, #pos do
+    if pos[i]:match("^%-") and pos[i] ~= "-" then return d.fail("unknown flag " .. pos[i]) end
+  end
+  return d.sub[what](pos, opts)
+end
+
 return M

@@ -257,22 +257,6 @@ local FLAGS = {
 }
 
 return function(...)
-  local argv = { ... }
-  local what = argv[1]
-  if not what then return usage("needs a subcommand") end
-  if A.is_help(what) or what == "help" then
-    local about = argv[2]
-    if about and sub[about] then return A.help(USAGES[about], HELPS[about]) end
-    if about and what == "help" then return usage("unknown subcommand \"" .. about .. "\"") end
-    return A.help(USAGE, HELP)
-  end
-  if not sub[what] then return usage("unknown subcommand \"" .. what .. "\"") end
-  current = what
-  local rest = {}
-  for i = 2, #argv do rest[#rest + 1] = argv[i] end
-  local opts, pos = A.parse("policy " .. what, USAGES[what], FLAGS[what], { what, unpack(rest) }, HELPS[what])
-  for i = 2, #pos do
-    if pos[i]:match("^%-") and pos[i] ~= "-" then return usage("unknown flag " .. pos[i]) end
-  end
-  return sub[what](pos, opts)
+  return A.dispatch("policy", { ... }, { sub = sub, usages = USAGES, helps = HELPS, usage = USAGE,
+    help = HELP, flags = FLAGS, fail = usage, select = function(what) current = what end })
 end
