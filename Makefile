@@ -15,13 +15,15 @@ WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SAN) -fno-strict-aliasing -MMD -MP \
-            -Iruntime -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(CURDIR)/lua"'
+            -Iruntime -Iruntime/core -Iruntime/lua -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(CURDIR)/lua"'
 LDFLAGS  += $(SAN)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS_LINK) 2>/dev/null) -lm -lpthread -ldl
 
-SRCS     := $(wildcard runtime/*.c)
+# runtime/core: the engine (no lua.h); runtime/lua: the Lua runtime and one
+# binding file per module; runtime/: the program (main, the C subcommands).
+SRCS     := $(wildcard runtime/*.c runtime/core/*.c runtime/lua/*.c)
 OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
 LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
@@ -82,7 +84,7 @@ clean:
 # make fuzz: every libFuzzer target (clang -fsanitize=fuzzer with ASan +
 # UBSan), one after another, FUZZ_TIME seconds each (default 600):
 #   cron  fuzz/cron_fuzz.c  the cron parser and next-instant search
-#   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/http_parse.c)
+#   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/core/http_parse.c)
 #                           fed in arbitrary splits: framing, chunked,
 #                           trailers, HEAD/204/304, read-to-close
 #   etcd  fuzz/etcd_fuzz.c  etcd gateway answers: error bodies, watch stream
@@ -96,16 +98,16 @@ FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
 FUZZ_TARGETS := cron http etcd
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
-                -fno-sanitize-recover=undefined -Iruntime
-FUZZ_SRCS_cron := runtime/cron.c runtime/tz.c runtime/err.c
-FUZZ_SRCS_http := runtime/http_parse.c
-FUZZ_SRCS_etcd := runtime/etcd.c runtime/b64.c runtime/err.c runtime/http.c \
-                  runtime/http_parse.c runtime/http_curl.c
+                -fno-sanitize-recover=undefined -Iruntime/core
+FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
+FUZZ_SRCS_http := runtime/core/http_parse.c
+FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/http.c \
+                  runtime/core/http_parse.c runtime/core/http_curl.c
 
 .PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 
 define fuzz_target
-build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/*.h)
+build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/core/*.h)
 	@mkdir -p $$(dir $$@)
 	@echo "  FUZZ  $$@"
 	@$$(FUZZ_CC) $$(FUZZ_CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $$(FUZZ_SRCS_$(1)) \

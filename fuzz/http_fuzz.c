@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the HTTP/1.1 response parser (runtime/http_parse.c),
+ * libFuzzer target for the HTTP/1.1 response parser (runtime/core/http_parse.c),
  * the code that reads every byte an etcd gateway or any http:// server
  * sends to baton.
  *

@@ -103,7 +103,7 @@ function Session:_lose(why)
 end
 
 -- (baton node) Makes this session's keepalive publish its deadline on the
--- process's fence board (runtime/fence.h), which the node's workers read;
+-- process's fence board (runtime/core/fence.h), which the node's workers read;
 -- returns the board's descriptor.
 function Session:_fence()
   local keeper = self._lease._keeper

@@ -1,5 +1,5 @@
 /*
- * The HTTP/1.1 response parser (runtime/http_parse.c) on its own (TAP):
+ * The HTTP/1.1 response parser (runtime/core/http_parse.c) on its own (TAP):
  * what tests/c/test-http.c cannot reach through a socket cheaply, above all
  * the size limits on a line and on the header block, which need more bytes
  * than the fuzz target's inputs carry.

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the log line formatter (runtime/logfmt.c), printing TAP:
+ * Unit tests of the log line formatter (runtime/core/logfmt.c), printing TAP:
  * logfmt and JSON output, quoting and escaping, UTF-8 handling, reserved
  * keys, truncation, sorting, level/format parsing, and bt_log_write's
  * filtering and single-line output (stderr redirected to a file).

@@ -31,7 +31,7 @@ end
 
 -- An instant for a reader, RFC 3339. With a zone, this should carry the
 -- zone's offset as `baton cron` prints it; the Lua API has no formatter yet
--- (runtime/lua_cron.c), so a zone is used only if the cron object offers
+-- (runtime/lua/lua_cron.c), so a zone is used only if the cron object offers
 -- :format(t), and otherwise the instant is shown in UTC ("Z").
 function M.rfc3339(t, cron)
   if t == nil then return "-" end

@@ -17,7 +17,7 @@
 -- etcd while the run runs (lua/baton/node/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
--- (baton._sweep, by the worker's containment process, runtime/contain.h)
+-- (baton._sweep, by the worker's containment process, runtime/core/contain.h)
 -- before its end is recorded or reported. A run that leaves coroutines
 -- behind, or changes a loaded module or the string metatable, makes the
 -- worker retire (exit after its reply), so the next run starts clean. When

@@ -11,7 +11,7 @@
 -- child processes behind is not reused: it is stopped or retires, and the
 -- next run gets a fresh one.
 --
--- Each worker runs below its containment process (runtime/contain.h): the
+-- Each worker runs below its containment process (runtime/core/contain.h): the
 -- process the pool spawns and holds (w.p). Stopping a worker (SIGUSR1 to
 -- it) ends every process of its run, and the process exits only once they
 -- are gone, so Pool:stop returning means the run is over. It also reads
