@@ -192,10 +192,47 @@ function Client:_raw()
   return c
 end
 
+-- The short name of a request path for observers: /v3/kv/range -> range,
+-- /v3/lease/grant -> lease_grant, /v3/maintenance/status ->
+-- maintenance_status.
+local op_names = {}
+local function op_name(path)
+  local n = op_names[path]
+  if not n then
+    n = path:gsub("^/v3/", ""):gsub("^kv/", ""):gsub("/", "_")
+    op_names[path] = n
+  end
+  return n
+end
+
+-- Sets (fn) or removes (nil) the client's observer: after every request
+-- of this client, fn(operation, seconds, code, message) with operation a
+-- short name ("range", "put", "deleterange", "txn", "lease_grant",
+-- "lease_keepalive", "watch", ...), and code and message nil on success or
+-- the error's "ECODE" and "ECODE: message". The node feeds its metrics so.
+function Client:observe(fn)
+  if fn ~= nil and type(fn) ~= "function" then
+    argerr("observe", 1, "function or nil expected, got " .. type(fn))
+  end
+  self._observer = fn
+end
+
+local monotime = baton.monotime
+
+local function observed(obs, op, t0, r, err, code)
+  obs(op, monotime() - t0, (not r) and (code or "EUNKNOWN") or nil, (not r) and err or nil)
+  return r, err, code
+end
+
 function Client:call(path, body, idempotent)
   local c, err, code = self:_raw()
-  if not c then return nil, err, code end
-  return c:call(path, body, idempotent)
+  local obs = self._observer
+  if not c then
+    if obs then obs(op_name(path), 0, code or "EUNKNOWN", err) end
+    return nil, err, code
+  end
+  if not obs then return c:call(path, body, idempotent) end
+  return observed(obs, op_name(path), monotime(), c:call(path, body, idempotent))
 end
 
 function Client:endpoint()
@@ -468,7 +505,9 @@ function Client:watch(key, opts)
   elseif opts.range_end then o.range_end = opts.range_end end
   local c, err, code = self:_raw()
   if not c then return nil, err, code end
+  local obs, t0 = self._observer, monotime()
   local w, rev, created = c:watch(o)
+  if obs then obs("watch", monotime() - t0, (not w) and (created or "EUNKNOWN") or nil, (not w) and rev or nil) end
   if not w then return nil, rev, created end -- (nil, message, code)
   return setmetatable({ _w = w, start_revision = rev, created_revision = created },
                       Watcher)
