@@ -267,6 +267,7 @@ function M.skip(self, name, j, id, pmod, req, why)
     compare = { { key = run_key, target = "create", op = "==", value = 0 },
                 { key = pending_key, target = "mod", op = "==", value = pmod } },
     success = ops }
+  if r and r.succeeded and self.metrics then self.metrics:skip(name, why) end
   return r and r.succeeded or false
 end
 

@@ -20,6 +20,7 @@ local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
 local pool = require "baton.node.pool"
 local clock = require "baton.node.clock"
+local metrics = require "baton.node.metrics"
 local policymod = require "baton.policy"
 local events = require "baton.events"
 local json = baton.json
@@ -370,6 +371,7 @@ end
 local function remove_job(self, name)
   if self.jobs[name] then log("info", "job removed", { job = name }) end
   self.jobs[name] = nil
+  self.metrics:forget("job_name", name)
   events.note(self, name, nil)
   self.bad[name] = nil
   self.e:delete(self.P .. "status/" .. name .. "/" .. self.name)
@@ -483,11 +485,13 @@ end
 local function follow(self)
   local P, e = self.P, self.e
   while not self.stopping do
+    local again = self.listed
     local rev, err = list_all(self)
     if not rev then
       log("warn", "listing the job store failed; retrying", { error = err })
       baton.sleep(1)
     else
+      if again then self.metrics:resynced() end
       local watchers = {}
       local compacted = false
       for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/", "policies/",
@@ -590,6 +594,7 @@ local function fence(self)
     local s = self.s
     local why = s:wait()
     if self.stopping then return end
+    self.metrics:session_lost()
     self.fenced = true
     self.leader = false
     self.pool:stop_all()
@@ -602,6 +607,7 @@ local function fence(self)
       local jok, jerr = join(self, s)
       if jok then
         log("info", "node rejoined", { node = self.name, lease = self.s.lease, old_lease = s.lease })
+        self.metrics:rejoined()
         -- Work that came while this node could not claim it: its turn for
         -- it came and went, and no event will come again.
         local r = self.e:txn { success = { { get = { key = self.P .. "pending/", prefix = true } },
@@ -651,7 +657,9 @@ function M.run(opts)
     timetable = {}, policies = {}, bad_policies = {}, pending_seen = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
+    metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))
   }
+  self.e:observe(metrics.etcd_observer(self))
   self.now = baton.now -- corrected from clock.start on (node/clock.lua)
   self.go = function(fn, ...) return baton.go(guarded(self, fn, false), ...) end
   self.forever = function(fn, ...) return baton.go(guarded(self, fn, true), ...) end

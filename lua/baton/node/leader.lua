@@ -90,6 +90,7 @@ local function check_inflight(self, job, id)
   ops[1].put.value = json.encode(rec)
   local w = e:txn { compare = guard, success = ops }
   if not (w and w.succeeded) then return end
+  self.metrics:orphan(job, rec.state)
   if decision == "rerun" then
     log("warn", "run lost with its node; an eligible node runs it again", fields)
   elseif decision == "abandon" then
@@ -317,7 +318,7 @@ function M.settle_misfires(self, name, j, missed, now)
       local r = e:txn { compare = absent,
         success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
                              rec, { { put = { key = key, value = json.encode(rec) } } }) }
-      if r and r.succeeded then skipped = skipped + 1 end
+      if r and r.succeeded then skipped = skipped + 1; self.metrics:skip(name, why) end
     end
   end
   if ran + skipped > 0 then

@@ -239,7 +239,8 @@ function M.claim(self, run, opts)
   if not r.succeeded then
     if failure[1] and r.responses[1] and r.responses[1].succeeded then
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
-    end
+      self.metrics:skip(run.job, "concurrency")
+    elseif M.live(self, s) then self.metrics:claim_lost(run.job) end -- (another node has it)
     return nil
   end
   if not M.session(self, s) then
@@ -412,6 +413,7 @@ function M.execute(self, run, fence, rec, has_slot)
   local f = fields_of(self, run, { fence = fence, revision = spec.revision,
                                    lease = run.session.lease })
   log("info", "run started", f)
+  self.metrics:run_started(run, rec)
   self.nrunning = self.nrunning + 1
   local state, why, recorded = attempt(self, run, fence, rec)
   self.nrunning = self.nrunning - 1
@@ -429,6 +431,7 @@ function M.execute(self, run, fence, rec, has_slot)
     attempt_state = state, alive = alive_compare(self, s),
     still_ok = function() return M.live(self, s) end })
   self.executing = self.executing - 1
+  self.metrics:attempt_ended(run, rec, state, rev, delay)
   if not rev then
     f.reason = "the claim was lost (lease expired or run taken over)"
     log("error", "run result not recorded", f)
@@ -527,10 +530,11 @@ function M.replace_active(self, run)
             task = orec.task and { key = orec.task } or nil,
             events = events.targets(self, run.job) },
             { { put = { key = ok.run, value = json.encode(orec) } } }, orec)
-          e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
-                              { key = ok.marker, target = "create", op = "==", value = 0 },
-                              { key = k.active, target = "value", op = "==", value = old } },
-                  success = ops }
+          local w = e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
+                                        { key = ok.marker, target = "create", op = "==", value = 0 },
+                                        { key = k.active, target = "value", op = "==", value = old } },
+                            success = ops }
+          if w and w.succeeded then self.metrics:ended(run.job, "killed") end
         else
           e:txn { compare = { { key = k.active, target = "value", op = "==", value = old } },
                   success = { { delete = { key = k.active } } } }
@@ -587,9 +591,10 @@ function M.take_pending(self, job, j, id, pmod)
       -- Its task was deleted meanwhile: nothing is left to run.
       rec.state, rec.finished, rec.retry_at = "abandoned", self.now(), nil
       rec.error = "its queue task " .. rec.task .. " was deleted"
-      e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
-                          { key = k.pending, target = "mod", op = "==", value = pmod } },
-              success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }, rec) }
+      local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
+                                    { key = k.pending, target = "mod", op = "==", value = pmod } },
+                        success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }, rec) }
+      if w and w.succeeded then self.metrics:ended(job, "abandoned") end
       return false
     end
     run.task = { key = rec.task, value = t.kvs[1].value }
