@@ -261,7 +261,9 @@ function M.skip(self, name, j, id, pmod, req, why)
                 started = now, finished = now, error = why, code_revision = j.spec.revision,
                 event = req.event }
   local ops = { { put = { key = run_key, value = json.encode(rec) } },
-                { delete = { key = pending_key } } }
+                { delete = { key = pending_key } },
+                -- (runs requires this module: asked for here, not at the top)
+                require("baton.node.runs").last_op(P, name, id, rec) }
   M.add(P, { job = name, id = id, events = M.targets(self, name) }, rec, ops)
   local r = self.e:txn {
     compare = { { key = run_key, target = "create", op = "==", value = 0 },

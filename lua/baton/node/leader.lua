@@ -81,6 +81,7 @@ local function check_inflight(self, job, id)
     rec.state, rec.retry_at = "retrying", now
     ops[2] = { put = { key = k.pending, value = json.encode {
       at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
+    ops[3] = runs.last_op(P, job, id, rec)
   else
     if decision == "abandon" then rec.state = "abandoned" end
     rec.finished = now
@@ -317,7 +318,8 @@ function M.settle_misfires(self, name, j, missed, now)
                     code_revision = spec.revision }
       local r = e:txn { compare = absent,
         success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
-                             rec, { { put = { key = key, value = json.encode(rec) } } }) }
+                             rec, { { put = { key = key, value = json.encode(rec) } },
+                                    runs.last_op(P, name, id, rec) }) }
       if r and r.succeeded then skipped = skipped + 1; self.metrics:skip(name, why) end
     end
   end

@@ -24,6 +24,13 @@
 --                        kill ("killed by alice@host", by = "alice@host").
 --                        The run is recorded killed with that reason; an
 --                        attempt claimed while it exists does not start
+--   last/<job>           the job's newest run, {"run":id,"state":...,"fire":,
+--                        "started":,"finished":,"node":,"attempt":}: every
+--                        write of a record also writes it, unless a run
+--                        with a greater id (key order) is there already
+--                        (M.last_op), so that job ls and GET /api/v1/jobs
+--                        read every job's last run in one range request
+--                        (and the newest record of a job without one).
 --
 -- Every attempt, whatever its kind, is claimed by M.claim: one etcd
 -- transaction that creates (or, for a next attempt, takes over) the record,
@@ -52,6 +59,30 @@ function M.keys(P, job, id)
     active = P .. "active/" .. job .. (shard and ("/" .. shard) or ""),
     cancel = P .. "cancel/" .. job .. "/" .. id,
   }
+end
+
+-- The value of P last/<job> for the record rec of run id: the id first,
+-- so that values compare as the run keys do (M.last_op).
+function M.last_value(id, rec)
+  local rest = json.encode { state = rec.state, fire = rec.fire, started = rec.started,
+                             finished = rec.finished, node = rec.node, attempt = rec.attempt }
+  return '{"run":' .. json.encode(id) .. (rest == "{}" and "}" or ("," .. rest:sub(2)))
+end
+
+-- The operation that makes P last/<job> say record rec of run id, unless it
+-- names a newer run: one etcd comparison of values. A value starts with
+-- {"run":"<id>" and goes on with '"', so comparing it with
+-- {"run":"<id># (one more than '"') is comparing the ids as etcd orders
+-- keys: the stored id is the same or older exactly when the value is less.
+-- A missing key compares false on its value, hence the inner create == 0.
+function M.last_op(P, job, id, rec)
+  local key, value = P .. "last/" .. job, M.last_value(id, rec)
+  local put = { { put = { key = key, value = value } } }
+  return { txn = {
+    compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id):sub(1, -2) .. "#" } },
+    success = put,
+    failure = { { txn = { compare = { { key = key, target = "create", op = "==", value = 0 } }, success = put } } },
+  } }
 end
 
 -- The shard of a run id (<instant>/<index>) of a job spec, or nil.
@@ -191,6 +222,7 @@ function M.claim(self, run, opts)
   else
     compare[#compare + 1] = { key = k.run, target = "create", op = "==", value = 0 }
   end
+  success[#success + 1] = M.last_op(P, run.job, run.id, rec)
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
   local failure = {}
@@ -213,7 +245,8 @@ function M.claim(self, run, opts)
         started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
         shard = rec.shard, params = rec.params, event = run.event,
         error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
-      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } } }
+      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } },
+                         M.last_op(P, run.job, run.id, skipped) }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
       events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
                  skipped, skip_ops)
@@ -269,8 +302,9 @@ end
 -- The operations that end a run for good: the record (already in ops[1]),
 -- and away with its inflight entry, cancel request, the job's active/ if
 -- the run holds it, its pending entry and its queue task; and, given the
--- final record rec, the events it makes for the event jobs in run.events
--- (baton.events: written with the record, so both or neither).
+-- final record rec, P last/<job> (M.last_op) and the events it makes for
+-- the event jobs in run.events (baton.events: written with the record, so
+-- both or neither).
 function M.final_ops(P, run, ops, rec)
   local k = M.keys(P, run.job, run.id)
   ops[#ops + 1] = { delete = { key = k.inflight } }
@@ -280,7 +314,10 @@ function M.final_ops(P, run, ops, rec)
     compare = { { key = k.active, target = "value", op = "==", value = run.id } },
     success = { { delete = { key = k.active } } } } }
   if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
-  if rec then events.add(P, run, rec, ops) end
+  if rec then
+    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec)
+    events.add(P, run, rec, ops)
+  end
   return ops
 end
 
@@ -304,6 +341,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
       at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
+    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec)
   else
     M.final_ops(P, run, ops, rec)
   end
