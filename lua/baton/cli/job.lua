@@ -1,6 +1,8 @@
 -- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (design.md
 -- sections 4 and 9). Everything here reads and writes etcd keys under the
--- prefix; the node does the scheduling.
+-- prefix; the node does the scheduling. The reads and writes are those of
+-- baton.ops, which the node's HTTP API shares; this file parses arguments
+-- and formats (the --json output is ops' data as it is).
 --
 --   P jobs/<name>                      the job's Lua source
 --   P paused/<name>                    present while paused
@@ -9,18 +11,16 @@
 --                                      still runs when `revision` was rejected)
 --   P runs/<name>/<instant>[/<shard>]  JSON run records
 --   P running/<name>/<id>              present while an attempt of the run executes
---   P trigger/<name>/<id>              manual-run requests (see request_run)
+--   P trigger/<name>/<id>              manual-run requests (baton.ops, run_job)
 --   P cancel/<name>/<id>               a request to stop a run (baton job kill)
 --   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (node/output.lua)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
-local runs_mod = require "baton.node.runs"
-local policy = require "baton.policy"
 local events = require "baton.events"
-local cycles = require "baton.cli.cycles"
 local output = require "baton.node.output"
+local ops = require "baton.ops"
 
 local format, concat = string.format, table.concat
 local e = baton.etcd
@@ -93,50 +93,6 @@ local function get_job(name)
   return r.kvs[1] or false, r.revision
 end
 
--- The error for a job that is not there, with a hint when the prefix holds
--- no job at all (the usual reason: another --prefix or BATON_PREFIX).
-local function no_job(name)
-  local msg = "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)
-  local r = e:get(U.key("jobs") .. "/", { prefix = true, count_only = true })
-  if r and r.count == 0 then
-    msg = msg .. " (there are no jobs under " .. U.key("jobs") .. "/ at all; is --prefix right?)"
-  end
-  return msg
-end
-
----------------------------------------------------------------------------
--- reading state
-
--- Status records of one job: list of {node=, revision=, error=, time=}.
-local function statuses(name)
-  local r, err = e:get(U.key("status", name) .. "/", { prefix = true })
-  if not r then return nil, err end
-  local list = {}
-  local pl = #U.key("status", name) + 2
-  for _, kv in ipairs(r.kvs) do
-    local v = U.decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
-    list[#list + 1] = {
-      node = kv.key:sub(pl), revision = U.field(v, "revision"),
-      error = U.field(v, "error"), time = U.field(v, "time"), running = U.field(v, "running"),
-    }
-  end
-  return list
-end
-
--- Run records of one job, newest instant first, at most n (nil: all).
-local function runs(name, n)
-  local pfx = U.key("runs", name) .. "/"
-  local r, err = e:get(pfx, { prefix = true, sort = "key", order = "desc", limit = n })
-  if not r then return nil, err end
-  local list = {}
-  for _, kv in ipairs(r.kvs) do
-    local v = U.decode_object(kv.value) or { state = "unreadable", error = kv.value }
-    v.key = kv.key:sub(#pfx + 1)
-    list[#list + 1] = v
-  end
-  return list
-end
-
 -- One run record as a table row.
 local function run_row(rec)
   local fire = U.field(rec, "fire")
@@ -159,82 +115,26 @@ end
 local RUN_HEADER = { "FIRE", "NODE", "ATTEMPT", "STATE", "DURATION", "ERROR" }
 
 ---------------------------------------------------------------------------
--- subcommands
+-- subcommands: the data comes from baton.ops (shared with the node's HTTP
+-- API); here are the arguments and the formatting.
 
 local sub = {}
 
--- nil if the job's policy exists (built in, or stored under P policies/),
--- else the message refusing it, with the closest known name.
-local function unknown_policy(spec)
-  if policy.builtin(spec.policy) then return nil end
-  local pfx = U.key("policies") .. "/"
-  local r, err = e:get(pfx, { prefix = true, keys_only = true })
-  if not r then return err end
-  local known = {}
-  for _, n in ipairs(policy.BUILTINS) do known[#known + 1] = n end
-  for _, kv in ipairs(r.kvs) do
-    local n = kv.key:sub(#pfx + 1)
-    if n == spec.policy then return nil end
-    known[#known + 1] = n
-  end
-  local hint = job.did_you_mean(spec.policy, known)
-  return format("EINVAL: job %s: field 'policy': no policy %q: none is stored at %s%s nor built in%s",
-    spec.name, spec.policy, pfx, spec.policy, hint and format(" (did you mean %q?)", hint)
-      or "; baton policy ls lists them")
-end
-
 function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "job", usage, die)
-  local spec, verr = job.load(source, name, nil, file)
-  if not spec then return die("put", file, verr) end
-  local perr0 = unknown_policy(spec)
-  if perr0 then return die("put", file, perr0) end
-  local cerr, rerr = cycles.check(name, spec)
-  if cerr or rerr then return die("put", file, cerr or rerr) end
-  local key = U.key("jobs", name)
-  local r, perr = e:put(key, source, { prev_kv = true })
-  if not r then return die("put", name, perr) end
+  local r, err, code, extra = ops.put_job(name, source, { chunkname = file })
+  if not r then
+    -- (a source that does not validate is named by its file; etcd's
+    -- refusal by the job)
+    return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err)
+  end
   io.stdout:write(format("%s job %s at %s (revision %d)\n",
-    r.prev_kv and "updated" or "created", name, key, r.revision))
+    r.created and "created" or "updated", name, r.key, r.revision))
   io.stdout:flush()
-  local nodes = U.live_nodes()
-  local why = nodes and U.no_eligible_node(spec.labels, nodes)
-  if why then
-    io.stderr:write(format("baton: job put %s: warning: %s; the job runs only once such a node is up\n",
-      name, why))
+  for _, w in ipairs(r.warnings) do
+    io.stderr:write(format("baton: job put %s: warning: %s\n", name, w))
   end
   baton.exit(0)
-end
-
--- The row (and JSON) describing one stored job for ls and show, and the
--- spec it shows. For a broken job that the nodes still run an earlier
--- version of (their status says which: running), that version's schedule
--- and next instant are shown, with d.running_revision.
-local function describe(name, kv, paused, status_list)
-  local spec, verr = job.load(kv.value, name, kv.mod_revision)
-  local d = {
-    name = name, revision = kv.mod_revision, paused = paused or false, broken = false,
-  }
-  if not spec then d.broken, d.error = true, verr end
-  local running
-  for _, st in ipairs(status_list or {}) do
-    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
-    local rr = st.running
-    if type(rr) == "number" and rr ~= kv.mod_revision and (not running or rr > running) then running = rr end
-  end
-  if d.broken and running then
-    local old = e:get(kv.key, { revision = running })
-    local okv = old and old.kvs[1]
-    local ospec = okv and job.load(okv.value, name, okv.mod_revision)
-    if ospec then spec, d.running_revision = ospec, running end
-  end
-  if spec then
-    d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
-    d.on = spec.on
-    local nf = job.next_fires(spec, 1)[1]
-    if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
-  end
-  return d, spec
 end
 
 -- The STATE column of a job.
@@ -246,80 +146,39 @@ end
 
 function sub.ls(pos, opts)
   if pos[2] then return usage("unexpected argument \"" .. pos[2] .. "\"") end
-  local jpfx, ppfx, spfx = U.key("jobs") .. "/", U.key("paused") .. "/", U.key("status") .. "/"
-  local jr, err = e:get(jpfx, { prefix = true, sort = "key", order = "asc" })
-  if not jr then return die("ls", nil, err) end
-  local pr, perr = e:get(ppfx, { prefix = true, keys_only = true, revision = jr.revision })
-  if not pr then return die("ls", nil, perr) end
-  local sr, serr = e:get(spfx, { prefix = true, revision = jr.revision })
-  if not sr then return die("ls", nil, serr) end
-  local paused, status = {}, {}
-  for _, kv in ipairs(pr.kvs) do paused[kv.key:sub(#ppfx + 1)] = true end
-  for _, kv in ipairs(sr.kvs) do
-    local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
-    if jname then
-      local v = U.decode_object(kv.value) or {}
-      status[jname] = status[jname] or {}
-      table.insert(status[jname], { node = node, error = U.field(v, "error"), running = U.field(v, "running") })
-    end
+  local list, err = ops.list_jobs()
+  if not list then return die("ls", nil, err) end
+  if opts.json then
+    U.print_json(list)
+    return baton.exit(0)
   end
-  local list, rows = {}, {}
-  for _, kv in ipairs(jr.kvs) do
-    local name = kv.key:sub(#jpfx + 1)
-    local d = describe(name, kv, paused[name], status[name])
-    local last = runs(name, 1)
-    if last and last[1] then
-      d.last = { run = last[1].key, state = U.field(last[1], "state") }
-    end
-    list[#list + 1] = d
+  if #list == 0 then
+    io.stderr:write("baton: job ls: no jobs under ", U.key("jobs"), "/ (is --prefix right?)\n")
+  end
+  local rows = {}
+  for _, d in ipairs(list) do
     rows[#rows + 1] = {
-      name, d.schedule or (d.queue and "queue:" .. d.queue) or (d.on and "on:" .. events.describe(d.on, true)) or "-",
+      d.name, d.schedule or (d.queue and "queue:" .. d.queue) or (d.on and "on:" .. events.describe(d.on, true)) or "-",
       d.timezone or "-", d.next or "-", state_text(d), d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
     }
   end
-  if #list == 0 and not opts.json then
-    io.stderr:write("baton: job ls: no jobs under ", jpfx, " (is --prefix right?)\n")
-  end
-  if opts.json then
-    U.print_json(baton.json.array(list))
-  else
-    U.print_table({ "NAME", "SCHEDULE", "TIMEZONE", "NEXT", "STATE", "LAST RUN" }, rows)
-  end
+  U.print_table({ "NAME", "SCHEDULE", "TIMEZONE", "NEXT", "STATE", "LAST RUN" }, rows)
   baton.exit(0)
 end
 
 function sub.show(pos, opts)
   local name = one_name("show", pos)
-  local kv, err = get_job(name)
-  if kv == nil then return die("show", name, err) end
-  if not kv then return die("show", name, no_job(name)) end
-  local pr, perr = e:get(U.key("paused", name))
-  if not pr then return die("show", name, perr) end
-  local st, serr = statuses(name)
-  if not st then return die("show", name, serr) end
-  local rs, rerr = runs(name, 10)
-  if not rs then return die("show", name, rerr) end
-  local d, spec = describe(name, kv, pr.count > 0, st)
-
+  local d, err = ops.show_job(name)
+  if not d then return die("show", name, err) end
   if opts.json then
-    U.print_json {
-      name = name, key = kv.key, revision = kv.mod_revision, created_revision = kv.create_revision,
-      version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
-      running_revision = d.running_revision,
-      spec = spec and job.summary(spec) or baton.json.null,
-      next = spec and baton.json.array((function()
-        local t = {}
-        for i, f in ipairs(d.paused and {} or job.next_fires(spec, 5)) do t[i] = U.rfc3339(f, spec.cron) end
-        return t
-      end)()) or baton.json.array {},
-      status = baton.json.array(st), runs = baton.json.array(rs),
-    }
+    U.print_json(d)
     return baton.exit(0)
   end
 
+  local spec = U.field(d, "spec")
   local f = {
     { "job", name },
-    { "key", format("%s (revision %d, version %d)", kv.key, kv.mod_revision, kv.version) },
+    { "key", format("%s (revision %d, version %d)", d.key, d.revision, d.version) },
   }
   if d.running_revision then
     f[#f + 1] = { "running", format("revision %d, the last good version (what follows is its spec)",
@@ -334,7 +193,7 @@ function sub.show(pos, opts)
       f[#f + 1] = { "schedule", "- (runs on events, and when triggered)" }
     else
       f[#f + 1] = { "schedule", format("%s (%s)", spec.schedule, spec.timezone) }
-      f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next or "- (only when triggered)") }
+      f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next[1] or "- (only when triggered)") }
     end
     f[#f + 1] = { "timeout", spec.timeout .. "s" }
     f[#f + 1] = { "concurrency", spec.concurrency }
@@ -360,23 +219,23 @@ function sub.show(pos, opts)
   U.print_fields(f)
 
   io.stdout:write("\nnodes:\n")
-  if #st == 0 then
+  if #d.status == 0 then
     io.stdout:write("  (no node has reported loading it)\n")
   else
     local rows = {}
-    for _, s in ipairs(st) do
+    for _, s in ipairs(d.status) do
       local loaded = s.revision and tostring(s.revision) or "-"
-      if s.revision and s.revision ~= kv.mod_revision then loaded = loaded .. " (stale)" end
+      if s.revision and s.revision ~= d.revision then loaded = loaded .. " (stale)" end
       rows[#rows + 1] = { "  " .. s.node, loaded, s.error and tostring(s.error):gsub("\n", " ") or "ok" }
     end
     U.print_table({ "  NODE", "REVISION", "STATUS" }, rows)
   end
   io.stdout:write("\nlast runs:\n")
-  if #rs == 0 then
+  if #d.runs == 0 then
     io.stdout:write("  (none)\n")
   else
     local rows = {}
-    for _, rec in ipairs(rs) do
+    for _, rec in ipairs(d.runs) do
       local row = run_row(rec)
       row[1] = "  " .. row[1]
       rows[#rows + 1] = row
@@ -390,106 +249,45 @@ end
 
 function sub.history(pos, opts)
   local name = one_name("history", pos)
-  local rs, err = runs(name, opts.n or 20)
+  local rs, err = ops.history(name, opts.n or 20)
   if not rs then return die("history", name, err) end
-  if #rs == 0 then
-    -- (the records of a removed job stay: only no job and no records is an error)
-    local kv, jerr = get_job(name)
-    if kv == nil then return die("history", name, jerr) end
-    if not kv then return die("history", name, no_job(name)) end
-    if not opts.json then
-      io.stderr:write("baton: job history ", name, ": no runs of job ", name, " yet\n")
-    end
-  end
   if opts.json then
-    local list = {}
-    for i, rec in ipairs(rs) do list[i] = rec end
-    U.print_json(baton.json.array(list))
-  else
-    local rows = {}
-    for _, rec in ipairs(rs) do rows[#rows + 1] = run_row(rec) end
-    U.print_table(RUN_HEADER, rows)
+    U.print_json(rs)
+    return baton.exit(0)
   end
+  if #rs == 0 then
+    io.stderr:write("baton: job history ", name, ": no runs of job ", name, " yet\n")
+  end
+  local rows = {}
+  for _, rec in ipairs(rs) do rows[#rows + 1] = run_row(rec) end
+  U.print_table(RUN_HEADER, rows)
   baton.exit(0)
 end
 
 function sub.rm(pos, opts)
   local name = one_name("rm", pos)
-  local jkey = U.key("jobs", name)
-  local ops = {
-    { delete = { key = jkey } },
-    { delete = { key = U.key("paused", name) } },
-    { delete = { key = U.key("status", name) .. "/", prefix = true } },
-    { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
-  }
-  -- Events waiting for the job (pending/ entries with an event id, which
-  -- have no record yet) go with it; pending retries of runs that have a
-  -- record stay, so those runs are still ended (abandoned) by a node.
-  local pend = U.key("pending", name) .. "/"
-  local pr, perr = e:get(pend, { prefix = true, keys_only = true })
-  if not pr then return die("rm", name, perr) end
-  for _, kv in ipairs(pr.kvs) do
-    if kv.key:sub(#pend + 1):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
-  end
-  if opts.purge then
-    ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
-    ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
-  end
-  local r, err = e:txn {
-    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
-    success = ops,
-  }
+  local r, err = ops.rm_job(name, { purge = opts.purge })
   if not r then return die("rm", name, err) end
-  if not r.succeeded then return die("rm", name, "ENOENT: no job " .. name .. " at " .. jkey) end
-  local n = opts.purge and r.responses[#ops].deleted or 0
   io.stdout:write(format("removed job %s%s\n", name,
-    opts.purge and format(" and its %d run records", n) or " (run history kept; --purge removes it)"))
+    opts.purge and format(" and its %d run records", r.purged) or " (run history kept; --purge removes it)"))
   baton.exit(0)
 end
 
 -- Sets or clears the paused flag of an existing job.
 local function set_paused(sub_name, pos, paused)
   local name = one_name(sub_name, pos)
-  local jkey, pkey = U.key("jobs", name), U.key("paused", name)
-  local op = paused
-    and { put = { key = pkey, value = baton.json.encode { at = baton.now() } } }
-    or { delete = { key = pkey } }
-  local r, err = e:txn {
-    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
-    success = { { get = { key = pkey, keys_only = true } }, op },
-  }
+  local r, err = (paused and ops.pause_job or ops.resume_job)(name)
   if not r then return die(sub_name, name, err) end
-  if not r.succeeded then return die(sub_name, name, "ENOENT: no job " .. name .. " at " .. jkey) end
-  local was = r.responses[1].count > 0
   if paused then
-    io.stdout:write(was and format("job %s was already paused\n", name) or format("paused job %s\n", name))
+    io.stdout:write(r.changed and format("paused job %s\n", name) or format("job %s was already paused\n", name))
   else
-    io.stdout:write(was and format("resumed job %s\n", name) or format("job %s was not paused\n", name))
+    io.stdout:write(r.changed and format("resumed job %s\n", name) or format("job %s was not paused\n", name))
   end
   baton.exit(0)
 end
 
 function sub.pause(pos) return set_paused("pause", pos, true) end
 function sub.resume(pos) return set_paused("resume", pos, false) end
-
--- The manual-trigger mechanism, kept in this one function until the node
--- decides its final form: a request key P trigger/<job>/<ms>-<rand> with
--- {force=, at=, params=}; the node consumes (and deletes) it and claims the
--- run U.manual_id(at). Returns the key and that run id, or nil, err; ENOENT
--- if there is no such job.
-local function request_run(name, force, params)
-  local jkey = U.key("jobs", name)
-  local key = U.key("trigger", name, U.time_id())
-  local value = baton.json.encode { force = force, at = baton.now(), params = params }
-  local r, err = e:txn {
-    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
-    success = { { put = { key = key, value = value } } },
-  }
-  if not r then return nil, err end
-  if not r.succeeded then return nil, no_job(name) end
-  -- (the id from `at` as the node will decode it)
-  return key, U.manual_id(baton.json.decode(value).at)
-end
 
 -- The --param k=v of baton job run, as {k = v}; a malformed one is a usage
 -- error.
@@ -507,80 +305,14 @@ end
 function sub.run(pos, opts)
   local name = one_name("run", pos)
   local given = given_params(opts.param)
-  local kv, err = get_job(name)
-  if kv == nil then return die("run", name, err) end
-  if not kv then return die("run", name, no_job(name)) end
-  local st = statuses(name) or {}
-  local _, spec = describe(name, kv, false, st)
-  if not spec then
-    -- Neither this version nor one a node runs loads: nothing can run.
-    return die("run", name, select(2, job.load(kv.value, name)) .. "; nothing was queued")
-  end
-  local known = U.sorted_keys(spec.params)
-  for _, k in ipairs(U.sorted_keys(given)) do
-    if spec.params[k] == nil then
-      local hint = job.did_you_mean(k, known)
-      return die("run", name, format("EINVAL: unknown parameter \"%s\"%s; %s", k,
-        hint and format(" (did you mean \"%s\"?)", hint) or "",
-        #known > 0 and "the job's parameters are " .. concat(known, ", ")
-          or "the job declares no params"))
-    end
-  end
-  local nodes, nerr = U.live_nodes()
-  if not nodes then return die("run", name, nerr) end
-  local why = U.no_eligible_node(spec.labels, nodes)
-  if why then return die("run", name, why .. "; nothing was queued") end
-  local key, id = request_run(name, opts.force or false, next(given) and given or nil)
-  if not key then return die("run", name, id) end
+  local r, err = ops.run_job(name, { params = given, force = opts.force or false })
+  if not r then return die("run", name, err) end
   local p = {}
   for _, k in ipairs(U.sorted_keys(given)) do p[#p + 1] = format("%s=%q", k, given[k]) end
   io.stdout:write(format("queued a manual run of %s%s (%s): run %s%s; a live node will start it\n", name,
-    opts.force and " (--force: ignoring concurrency)" or "", key, id,
+    opts.force and " (--force: ignoring concurrency)" or "", r.key, r.id,
     #p > 0 and (", params " .. concat(p, " ")) or ""))
   baton.exit(0)
-end
-
--- The runs of job name that baton job kill stops: {id=, node=, attempt=}
--- for the run id, or for every run of the job with an attempt executing
--- (a running/ marker). Dies when there is none.
-local function kill_targets(name, id)
-  local mpfx = U.key("running", name) .. "/"
-  local what = id and (name .. " " .. id) or name
-  if not id then
-    local r, err = e:get(mpfx, { prefix = true })
-    if not r then return die("kill", what, err) end
-    if #r.kvs == 0 then
-      local kv = get_job(name)
-      if kv == false then return die("kill", what, no_job(name)) end
-      return die("kill", what, "no run of job " .. name .. " is running (baton job history " .. name
-        .. " lists its runs)")
-    end
-    local list = {}
-    for _, mkv in ipairs(r.kvs) do
-      local m = U.decode_object(mkv.value) or {}
-      list[#list + 1] = { id = mkv.key:sub(#mpfx + 1), node = U.field(m, "node"), attempt = U.field(m, "attempt") }
-    end
-    return list
-  end
-  local r, err = e:txn { success = { { get = { key = mpfx .. id } }, { get = { key = U.key("runs", name, id) } } } }
-  if not r then return die("kill", what, err) end
-  local mkv, rkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
-  if mkv then
-    local m = U.decode_object(mkv.value) or {}
-    return { { id = id, node = U.field(m, "node"), attempt = U.field(m, "attempt") } }
-  end
-  if not rkv then
-    local kv = get_job(name)
-    if kv == false then return die("kill", what, no_job(name)) end
-    return die("kill", what, format("ENOENT: no run %s of job %s (baton job history %s lists its runs)",
-      id, name, name))
-  end
-  local state = U.field(U.decode_object(rkv.value) or {}, "state")
-  if state == "running" then
-    return die("kill", what, format("run %s of job %s is not running on any node: its node is gone "
-      .. "and the run is being handed over; try again in a moment", id, name))
-  end
-  return die("kill", what, format("run %s of job %s is not running: it is %s", id, name, tostring(state)))
 end
 
 -- How long baton job kill waits for a run to end: the node's grace period
@@ -592,19 +324,12 @@ function sub.kill(pos)
   if not name then return usage("needs a NAME") end
   if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
   if not job.valid_name(name) then return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE)) end
-  local targets = kill_targets(name, id)
-  local who = U.who()
-  local value = runs_mod.cancel_value("killed by " .. who, who)
+  local r, err = ops.kill_job(name, { id = id })
+  if not r then return die("kill", id and (name .. " " .. id) or name, err) end
+  local targets = r.runs
   for _, t in ipairs(targets) do
-    local k = runs_mod.keys(U.prefix(), name, t.id)
-    -- only while the attempt executes: a run that ended keeps no request
-    local r, err = e:txn {
-      compare = { { key = k.marker, target = "create", op = ">", value = 0 } },
-      success = { { put = { key = k.cancel, value = value } } },
-    }
-    if not r then return die("kill", name .. " " .. t.id, err) end
     -- (when the attempt ended meanwhile, its record says how, below)
-    if r.succeeded then
+    if t.asked then
       io.stdout:write(format("stopping run %s of job %s on node %s (attempt %s)\n", t.id, name,
         tostring(t.node or "?"), tostring(t.attempt or "?")))
     end
@@ -615,8 +340,8 @@ function sub.kill(pos)
   for _, t in ipairs(targets) do
     local rec
     while true do
-      local r = e:get(U.key("runs", name, t.id))
-      rec = r and r.kvs[1] and U.decode_object(r.kvs[1].value)
+      local g = e:get(U.key("runs", name, t.id))
+      rec = g and g.kvs[1] and U.decode_object(g.kvs[1].value)
       if rec and U.field(rec, "state") ~= "running" then break end
       if baton.monotime() > deadline then rec = nil; break end
       baton.sleep(0.1)

@@ -12,15 +12,12 @@ local HELP = "The name of the node elected cluster leader (it does the housekeep
 return function(...)
   local opts, pos = A.parse("leader", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] then return A.usage("leader", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
-  local pfx = U.key("election") .. "/"
-  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "create", order = "asc", limit = 1 })
-  if not r then return A.die("leader: " .. err) end
-  local kv = r.kvs[1]
-  if not kv then return A.die("leader: no leader (nothing under " .. pfx .. ")") end
+  local l, err = require("baton.ops").leader()
+  if not l then return A.die("leader: " .. err) end
   if opts.json then
-    U.print_json { value = kv.value, key = kv.key, lease = kv.lease, create_revision = kv.create_revision }
+    U.print_json(l)
   else
-    io.stdout:write(kv.value, "\n")
+    io.stdout:write(l.value, "\n")
   end
   baton.exit(0)
 end

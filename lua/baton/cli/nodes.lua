@@ -35,31 +35,25 @@ end
 return function(...)
   local opts, pos = A.parse("nodes", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] then return A.usage("nodes", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
-  local pfx = U.key("nodes") .. "/"
-  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
-  if not r then return A.die("nodes: " .. err) end
-  local list, rows = {}, {}
-  for _, kv in ipairs(r.kvs) do
-    local v = U.decode_object(kv.value) or {}
-    local name = U.field(v, "name") or kv.key:sub(#pfx + 1)
+  local list, err = require("baton.ops").nodes()
+  if not list then return A.die("nodes: " .. err) end
+  local rows = {}
+  for _, v in ipairs(list) do
     local labels = type(U.field(v, "labels")) == "table" and v.labels or {}
     local l = {}
     for _, k in ipairs(U.sorted_keys(labels)) do l[#l + 1] = k .. "=" .. tostring(labels[k]) end
     local started = U.field(v, "started")
-    v.name = name
-    v.lease = kv.lease
-    list[#list + 1] = v
     rows[#rows + 1] = {
-      name, tostring(U.field(v, "version") or "-"), tostring(count(U.field(v, "running"))),
+      v.name, tostring(U.field(v, "version") or "-"), tostring(count(U.field(v, "running"))),
       type(started) == "number" and U.instant(started) or "-", #l > 0 and table.concat(l, ",") or "-",
       offset(U.field(v, "clock")),
     }
   end
   if #list == 0 and not opts.json then
-    io.stderr:write("baton: nodes: no live nodes under ", pfx, " (is --prefix right?)\n")
+    io.stderr:write("baton: nodes: no live nodes under ", U.key("nodes"), "/ (is --prefix right?)\n")
   end
   if opts.json then
-    U.print_json(baton.json.array(list))
+    U.print_json(list)
   else
     -- (OFFSET last: its "±" is two bytes, which the column widths count.)
     U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "OFFSET" }, rows)

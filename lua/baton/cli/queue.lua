@@ -26,14 +26,8 @@ return function(...)
   if not value then return A.usage("queue", USAGE, "push needs a VALUE (or - to read it from stdin)") end
   if pos[4] then return A.usage("queue", USAGE, "unexpected argument \"" .. pos[4] .. "\"") end
   if value == "-" then value = io.stdin:read("*a") or "" end
-  local key = U.key("queue", queue, U.time_id())
-  -- created only if absent: an id collision must not overwrite a task
-  local r, err = baton.etcd:txn {
-    compare = { { key = key, target = "create", op = "==", value = 0 } },
-    success = { { put = { key = key, value = value } } },
-  }
+  local r, err = require("baton.ops").queue_push(queue, value)
   if not r then return A.die("queue push " .. queue .. ": " .. err) end
-  if not r.succeeded then return A.die("queue push " .. queue .. ": EEXIST: " .. key .. " exists; try again") end
-  io.stdout:write(key, "\n")
+  io.stdout:write(r.key, "\n")
   baton.exit(0)
 end

@@ -1,0 +1,927 @@
+-- The operations that `baton job|policy|queue|nodes|leader` and the node's
+-- HTTP API (node/http.lua, docs/api.md) share, as data: each takes plain
+-- arguments, reads and writes etcd under the prefix (design.md section 9),
+-- and returns plain data -- the CLI's --json output and the API's response
+-- bodies are these values -- or, luv style,
+--
+--   nil, "ECODE: message", "ECODE" [, {invalid = true}]
+--
+-- Codes: EINVAL (bad input: a name, a parameter, a limit), ENOENT (no such
+-- job, run, policy, leader), EEXIST (a put with revision = 0 found the key,
+-- a queue id collision), ECONFLICT (the state forbids it: a put whose
+-- revision no longer matches, no live node can run the job, the run is not
+-- running), EFBIG (over etcd's request limit), and the etcd client's own
+-- codes (ECONNREFUSED, ETIMEDOUT, EAUTH, ...) when etcd cannot be asked.
+-- A job or policy source that does not validate is EINVAL with a fourth
+-- value {invalid = true, field = "schedule"|nil}: the message is the one
+-- `baton check` prints ("EINVAL: job NAME: field 'F': ..."), and the API
+-- answers it 422 rather than 400. Messages that the CLI printed without a
+-- code before this module existed keep their words (their code is only
+-- the third value).
+--
+-- Every function may wait (etcd requests): call it in a coroutine that
+-- baton runs.
+local baton = require "baton"
+local U = require "baton.cli.util"
+local job = require "baton.job"
+local policy = require "baton.policy"
+local events = require "baton.events"
+local cycles = require "baton.cli.cycles"
+local runs_mod = require "baton.node.runs"
+local output = require "baton.node.output"
+
+local json = baton.json
+local format, concat = string.format, table.concat
+local type, ipairs, pairs, tostring, tonumber = type, ipairs, pairs, tostring, tonumber
+
+local M = {}
+
+local function etcd() return baton.etcd end
+
+-- nil, msg, code (code taken from the message when not given).
+local function fail(msg, code, extra)
+  return nil, msg, code or msg:match("^(E[%u%d]+):") or "EIO", extra
+end
+
+-- The error of an invalid job or policy source, as job.load / policy.load
+-- word it: EINVAL with {invalid = true, field = F}.
+local function invalid(msg)
+  return nil, msg, "EINVAL", { invalid = true, field = msg:match("field '([^']+)'") }
+end
+
+local function check_name(kind, name)
+  if not job.valid_name(name) then
+    return fail(format("EINVAL: invalid %s name \"%s\" (%s)", kind, tostring(name), U.NAME_RULE), "EINVAL")
+  end
+  return true
+end
+M.check_name = check_name
+
+-- The largest source job put / policy put store: etcd's request limit, less
+-- the key and the request's framing.
+function M.max_source(kind, name)
+  return U.MAX_REQUEST - #U.key(kind == "job" and "jobs" or "policies", name) - 512
+end
+
+local function too_big(kind, name, n)
+  local max = M.max_source(kind, name)
+  if n > max then
+    return format("EFBIG: the %s source is %s, larger than etcd's request limit of %s "
+      .. "(etcd's default --max-request-bytes); nothing was stored", kind, U.bytes(n), U.bytes(U.MAX_REQUEST))
+  end
+end
+
+-- Decodes a JSON object value; nil when it is not one.
+local decode_object, field = U.decode_object, U.field
+
+---------------------------------------------------------------------------
+-- jobs: reading
+
+-- The job's source kv, or false when there is none; nil, err, code on failure.
+local function get_job(name)
+  local r, err, code = etcd():get(U.key("jobs", name))
+  if not r then return nil, err, code end
+  return r.kvs[1] or false, r.revision
+end
+
+-- The error for a job that is not there, with a hint when the prefix holds
+-- no job at all (the usual reason: another --prefix or BATON_PREFIX).
+local function no_job(name)
+  local msg = "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)
+  local r = etcd():get(U.key("jobs") .. "/", { prefix = true, count_only = true })
+  if r and r.count == 0 then
+    msg = msg .. " (there are no jobs under " .. U.key("jobs") .. "/ at all; is --prefix right?)"
+  end
+  return msg
+end
+M.no_job = no_job
+
+-- Status records of one job: list of {node=, revision=, error=, time=, running=}.
+local function statuses(name)
+  local r, err, code = etcd():get(U.key("status", name) .. "/", { prefix = true })
+  if not r then return nil, err, code end
+  local list = {}
+  local pl = #U.key("status", name) + 2
+  for _, kv in ipairs(r.kvs) do
+    local v = decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
+    list[#list + 1] = {
+      node = kv.key:sub(pl), revision = field(v, "revision"),
+      error = field(v, "error"), time = field(v, "time"), running = field(v, "running"),
+    }
+  end
+  return list
+end
+
+-- Run records of one job, newest first (key order), at most n (nil: all);
+-- each with key = its run id.
+local function runs(name, n)
+  local pfx = U.key("runs", name) .. "/"
+  local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "desc", limit = n })
+  if not r then return nil, err, code end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    local v = decode_object(kv.value) or { state = "unreadable", error = kv.value }
+    v.key = kv.key:sub(#pfx + 1)
+    list[#list + 1] = v
+  end
+  return list
+end
+
+-- A job's spec at revision rev: the caller's (spec_for(name, rev), the
+-- node's loaded spec) or compiled from value (read at rev when value is
+-- nil). Returns spec or nil, err.
+local function spec_at(name, rev, value, spec_for)
+  local s = spec_for and spec_for(name, rev)
+  if s then return s end
+  if value == nil then
+    local r, err = etcd():get(U.key("jobs", name), { revision = rev })
+    local kv = r and r.kvs[1]
+    if not kv then return nil, err or ("ENOENT: job " .. name .. " at revision " .. tostring(rev)) end
+    value = kv.value
+  end
+  return job.load(value, name, rev)
+end
+
+-- The description of one stored job that ls lists and show starts from,
+-- and the spec it shows. For a broken job that the nodes still run an
+-- earlier version of (their status says which: running), that version's
+-- schedule and next instant are shown, with d.running_revision. kv may
+-- come without its value (keys_only); spec_for: see spec_at.
+local function describe(name, kv, paused, status_list, spec_for)
+  local spec, verr = spec_at(name, kv.mod_revision, kv.value ~= "" and kv.value or nil, spec_for)
+  local d = {
+    name = name, revision = kv.mod_revision, paused = paused or false, broken = false,
+  }
+  if not spec then d.broken, d.error = true, verr end
+  local running
+  for _, st in ipairs(status_list or {}) do
+    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
+    local rr = st.running
+    if type(rr) == "number" and rr ~= kv.mod_revision and (not running or rr > running) then running = rr end
+  end
+  if d.broken and running then
+    local ospec = spec_at(name, running, nil, spec_for)
+    if ospec then spec, d.running_revision = ospec, running end
+  end
+  if spec then
+    d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
+    d.on = spec.on
+    local nf = job.next_fires(spec, 1)[1]
+    if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
+  end
+  return d, spec
+end
+
+-- {run=, state=, fire=, started=, finished=, node=, attempt=} of a record
+-- (rec.key its id), as `last` in job ls.
+local function last_of(rec)
+  return { run = rec.key, state = field(rec, "state"), fire = field(rec, "fire"),
+           started = field(rec, "started"), finished = field(rec, "finished"),
+           node = field(rec, "node"), attempt = field(rec, "attempt") }
+end
+
+-- The last runs of the jobs in names that have no P last/ entry (records
+-- written before it existed, raw puts): the newest record of each, 128
+-- jobs per request. Fills last[name].
+local function last_fallback(names, last)
+  local e = etcd()
+  for i = 1, #names, 128 do
+    local ops = {}
+    for k = i, math.min(i + 127, #names) do
+      ops[#ops + 1] = { get = { key = U.key("runs", names[k]) .. "/", prefix = true, sort = "key",
+                                order = "desc", limit = 1 } }
+    end
+    local r, err, code = e:txn { success = ops }
+    if not r then return nil, err, code end
+    for k, resp in ipairs(r.responses) do
+      local name, kv = names[i + k - 1], resp.kvs[1]
+      if kv then
+        local rec = decode_object(kv.value) or { state = "unreadable" }
+        rec.key = kv.key:sub(#U.key("runs", name) + 2)
+        last[name] = last_of(rec)
+      end
+    end
+  end
+  return true
+end
+
+-- list_jobs([opts]) --> array of job descriptions (`baton job ls --json`,
+-- GET /api/v1/jobs): {name, revision, paused, broken, error?,
+-- running_revision?, schedule?, queue?, timezone?, on?, next? (RFC 3339),
+-- last? {run, state, fire, started, finished, node, attempt}}, by name.
+-- opts.spec_for(name, revision) may return a spec already loaded at that
+-- revision (the node's), so that only the other jobs are compiled; then the
+-- sources themselves are not read either. One read of jobs, paused flags,
+-- statuses and last runs at one revision.
+function M.list_jobs(opts)
+  opts = opts or {}
+  local spec_for = opts.spec_for
+  local jpfx, ppfx, spfx, lpfx = U.key("jobs") .. "/", U.key("paused") .. "/", U.key("status") .. "/",
+    U.key("last") .. "/"
+  local r, err, code = etcd():txn { success = {
+    { get = { key = jpfx, prefix = true, sort = "key", order = "asc", keys_only = spec_for and true or nil } },
+    { get = { key = ppfx, prefix = true, keys_only = true } },
+    { get = { key = spfx, prefix = true } },
+    { get = { key = lpfx, prefix = true } },
+  } }
+  if not r then return nil, err, code end
+  local jkvs, pkvs, skvs, lkvs = r.responses[1].kvs, r.responses[2].kvs, r.responses[3].kvs, r.responses[4].kvs
+  local paused, status, last = {}, {}, {}
+  for _, kv in ipairs(pkvs) do paused[kv.key:sub(#ppfx + 1)] = true end
+  for _, kv in ipairs(skvs) do
+    local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
+    if jname then
+      local v = decode_object(kv.value) or {}
+      status[jname] = status[jname] or {}
+      table.insert(status[jname], { node = node, error = field(v, "error"), running = field(v, "running") })
+    end
+  end
+  local has_last = {}
+  for _, kv in ipairs(lkvs) do
+    local name = kv.key:sub(#lpfx + 1)
+    has_last[name] = true
+    local v = decode_object(kv.value)
+    if v and type(field(v, "run")) == "string" then
+      v.key = v.run
+      last[name] = last_of(v)
+    end
+  end
+  pkvs, skvs, lkvs, r = nil, nil, nil, nil
+  local missing = {}
+  for _, kv in ipairs(jkvs) do
+    local name = kv.key:sub(#jpfx + 1)
+    if not has_last[name] then missing[#missing + 1] = name end
+  end
+  if #missing > 0 then
+    local ok, ferr, fcode = last_fallback(missing, last)
+    if not ok then return nil, ferr, fcode end
+  end
+  local list = {}
+  for _, kv in ipairs(jkvs) do
+    local name = kv.key:sub(#jpfx + 1)
+    local d = describe(name, kv, paused[name], status[name], spec_for)
+    d.last = last[name]
+    list[#list + 1] = d
+  end
+  return json.array(list)
+end
+
+-- show_job(name) --> `baton job show --json`: {name, key, revision,
+-- created_revision, version, paused, broken, error?, running_revision?,
+-- spec (job.summary, or null when no version loads), next [5 instants],
+-- status [{node, revision, error, time, running}], runs [10 newest records]}.
+function M.show_job(name)
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local kv, err, code = get_job(name)
+  if kv == nil then return nil, err, code end
+  if not kv then return fail(no_job(name), "ENOENT") end
+  local e = etcd()
+  local pr, perr, pcode = e:get(U.key("paused", name))
+  if not pr then return nil, perr, pcode end
+  local st, serr, scode = statuses(name)
+  if not st then return nil, serr, scode end
+  local rs, rerr, rcode = runs(name, 10)
+  if not rs then return nil, rerr, rcode end
+  local d, spec = describe(name, kv, pr.count > 0, st)
+  local next = {}
+  if spec and not d.paused then
+    for i, f in ipairs(job.next_fires(spec, 5)) do next[i] = U.rfc3339(f, spec.cron) end
+  end
+  return {
+    name = name, key = kv.key, revision = kv.mod_revision, created_revision = kv.create_revision,
+    version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
+    running_revision = d.running_revision,
+    spec = spec and job.summary(spec) or json.null,
+    next = json.array(next), status = json.array(st), runs = json.array(rs),
+  }
+end
+
+-- history(name [, limit]) --> the job's run records, newest first (default
+-- 20), each with key = its run id (`baton job history --json`). The
+-- records of a removed job are kept, and listed; no job and no records is
+-- ENOENT.
+function M.history(name, limit)
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local rs, err, code = runs(name, limit or 20)
+  if not rs then return nil, err, code end
+  if #rs == 0 then
+    local kv, jerr, jcode = get_job(name)
+    if kv == nil then return nil, jerr, jcode end
+    if not kv then return fail(no_job(name), "ENOENT") end
+  end
+  return json.array(rs)
+end
+
+-- recent_runs([limit]) --> the newest run records across all jobs, by
+-- start time, newest first (default 20), each with job and key. Reads the
+-- jobs' last runs (P last/), then the newest records of the jobs that ran
+-- last, 64 jobs per request, until no job left can have a newer run. Jobs
+-- with no last/ entry (records older than it) are not seen until they run
+-- again.
+function M.recent_runs(limit)
+  limit = limit or 20
+  local e = etcd()
+  local lpfx = U.key("last") .. "/"
+  local r, err, code = e:get(lpfx, { prefix = true })
+  if not r then return nil, err, code end
+  local jobs = {}
+  for _, kv in ipairs(r.kvs) do
+    local v = decode_object(kv.value)
+    if v and type(field(v, "run")) == "string" then
+      jobs[#jobs + 1] = { name = kv.key:sub(#lpfx + 1),
+                          t = tonumber(field(v, "started")) or tonumber(field(v, "fire")) or 0 }
+    end
+  end
+  table.sort(jobs, function(a, b) if a.t ~= b.t then return a.t > b.t end return a.name < b.name end)
+  local function t_of(rec)
+    return tonumber(field(rec, "started")) or tonumber(field(rec, "fire")) or 0
+  end
+  local found = {}
+  local i = 1
+  while i <= #jobs do
+    local ops, names = {}, {}
+    for k = i, math.min(i + 63, #jobs) do
+      names[#names + 1] = jobs[k].name
+      ops[#ops + 1] = { get = { key = U.key("runs", jobs[k].name) .. "/", prefix = true, sort = "key",
+                                order = "desc", limit = limit } }
+    end
+    i = i + #ops
+    local tr, terr, tcode = e:txn { success = ops }
+    if not tr then return nil, terr, tcode end
+    for k, resp in ipairs(tr.responses) do
+      local pfx = U.key("runs", names[k]) .. "/"
+      for _, kv in ipairs(resp.kvs) do
+        local rec = decode_object(kv.value) or { state = "unreadable", error = kv.value }
+        rec.key, rec.job = kv.key:sub(#pfx + 1), names[k]
+        found[#found + 1] = rec
+      end
+    end
+    table.sort(found, function(a, b)
+      local ta, tb = t_of(a), t_of(b)
+      if ta ~= tb then return ta > tb end
+      if a.job ~= b.job then return a.job < b.job end
+      return a.key > b.key
+    end)
+    for k = #found, limit + 1, -1 do found[k] = nil end
+    -- (a job's records start no later than its last run, give or take a
+    -- clock: the jobs after this one cannot push these out)
+    if #found >= limit and jobs[i] and t_of(found[#found]) > jobs[i].t then break end
+  end
+  return json.array(found)
+end
+
+-- get_run(job, id [, {attempt = n}]) --> the run record with job, key and
+-- output: the kept lines of every attempt (or of attempt n), in order, as
+-- `baton job logs --json` prints them ({attempt, n, t, stream, text, ...};
+-- {attempt, dropped, cap} where the cap dropped lines).
+function M.get_run(name, id, opts)
+  opts = opts or {}
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  if type(id) ~= "string" or id == "" or id:find("%.%.") or id:find("^/") or id:find("/$") then
+    return fail(format("EINVAL: invalid run id \"%s\"", tostring(id)), "EINVAL")
+  end
+  local e = etcd()
+  local P = U.prefix()
+  local r, err, code = e:txn { success = {
+    { get = { key = U.key("runs", name, id) } },
+    { get = { key = output.run_prefix(P, name, id), prefix = true } },
+  } }
+  if not r then return nil, err, code end
+  local kv = r.responses[1].kvs[1]
+  if not kv then
+    local jkv, jerr, jcode = get_job(name)
+    if jkv == nil then return nil, jerr, jcode end
+    if not jkv then return fail("ENOENT: no job " .. name .. " at " .. U.key("jobs", name), "ENOENT") end
+    return fail("ENOENT: no run " .. id .. " of job " .. name .. " (see baton job history " .. name .. ")", "ENOENT")
+  end
+  local rec = decode_object(kv.value) or { state = "unreadable", error = kv.value }
+  rec.job, rec.key = name, id
+  local by = {}
+  for _, okv in ipairs(r.responses[2].kvs) do
+    local a = output.parse_key(P, name, id, okv.key)
+    if a and (not opts.attempt or a == opts.attempt) then
+      by[a] = by[a] or {}
+      table.insert(by[a], okv)
+    end
+  end
+  local attempts = U.sorted_keys(by)
+  table.sort(attempts)
+  local out = {}
+  for _, a in ipairs(attempts) do
+    for _, l in ipairs((output.lines(by[a]))) do
+      l.attempt = a
+      out[#out + 1] = l
+    end
+  end
+  rec.output = json.array(out)
+  return rec
+end
+
+---------------------------------------------------------------------------
+-- jobs: writing
+
+-- nil if the job's policy exists (built in, or stored under P policies/),
+-- else the message refusing it, with the closest known name; nil, err,
+-- code when etcd cannot be asked.
+local function unknown_policy(spec)
+  if policy.builtin(spec.policy) then return false end
+  local pfx = U.key("policies") .. "/"
+  local r, err, code = etcd():get(pfx, { prefix = true, keys_only = true })
+  if not r then return nil, err, code end
+  local known = {}
+  for _, n in ipairs(policy.BUILTINS) do known[#known + 1] = n end
+  for _, kv in ipairs(r.kvs) do
+    local n = kv.key:sub(#pfx + 1)
+    if n == spec.policy then return false end
+    known[#known + 1] = n
+  end
+  local hint = job.did_you_mean(spec.policy, known)
+  return format("EINVAL: job %s: field 'policy': no policy %q: none is stored at %s%s nor built in%s",
+    spec.name, spec.policy, pfx, spec.policy, hint and format(" (did you mean %q?)", hint)
+      or "; baton policy ls lists them")
+end
+
+-- check_job(name, source [, chunkname]) --> spec, after everything job put
+-- checks before it writes: size, compile and spec (job.load), a policy
+-- that exists, no cycle of `on` triggers through the stored jobs. chunkname
+-- is what error positions name (a file).
+function M.check_job(name, source, chunkname)
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  if type(source) ~= "string" then return fail("EINVAL: the job source must be a string", "EINVAL") end
+  local big = too_big("job", name, #source)
+  if big then return fail(big, "EFBIG") end
+  local spec, verr = job.load(source, name, nil, chunkname)
+  if not spec then return invalid(verr) end
+  local perr, eerr, ecode = unknown_policy(spec)
+  if perr == nil then return nil, eerr, ecode end
+  if perr then return invalid(perr) end
+  local cerr, rerr = cycles.check(name, spec)
+  if cerr then return invalid(cerr) end
+  if rerr then return fail(rerr) end
+  return spec
+end
+
+-- put_job(name, source [, opts]) --> {name, key, revision, created,
+-- warnings = [...]}: stores the source at P jobs/<name> once check_job
+-- passes. opts.chunkname: see check_job. opts.revision: store only if the
+-- job is at that mod revision (0: only if there is no such job), else
+-- EEXIST / ECONFLICT. A warning says when no live node has the job's
+-- labels (it is stored all the same).
+function M.put_job(name, source, opts)
+  opts = opts or {}
+  local spec, verr, vcode, extra = M.check_job(name, source, opts.chunkname)
+  if not spec then return nil, verr, vcode, extra end
+  local key = U.key("jobs", name)
+  local compare = {}
+  if opts.revision then
+    compare[1] = { key = key, target = "mod", op = "==", value = opts.revision }
+  end
+  local r, err, code = etcd():txn {
+    compare = compare,
+    success = { { put = { key = key, value = source, prev_kv = true } } },
+    failure = { { get = { key = key, keys_only = true } } },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then
+    local cur = r.responses[1].kvs[1]
+    if opts.revision == 0 then
+      return fail(format("EEXIST: job %s exists (revision %d); nothing was stored", name, cur.mod_revision), "EEXIST")
+    end
+    return fail(format("ECONFLICT: job %s is %s, not at revision %d; nothing was stored", name,
+      cur and format("at revision %d", cur.mod_revision) or "not stored", opts.revision), "ECONFLICT")
+  end
+  local prev = r.responses[1].prev_kv
+  local warnings = {}
+  local nodes = U.live_nodes()
+  local why = nodes and U.no_eligible_node(spec.labels, nodes)
+  if why then warnings[1] = why .. "; the job runs only once such a node is up" end
+  return { name = name, key = key, revision = r.revision, created = prev == nil,
+           warnings = json.array(warnings) }
+end
+
+-- rm_job(name [, {purge = bool}]) --> {name, removed = true, purged = n}:
+-- deletes the job, its paused flag, node statuses, manual-run requests and
+-- the events waiting for it; with purge, its run records, their output and
+-- its last/ entry too (otherwise its history is kept).
+function M.rm_job(name, opts)
+  opts = opts or {}
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local e = etcd()
+  local jkey = U.key("jobs", name)
+  local ops = {
+    { delete = { key = jkey } },
+    { delete = { key = U.key("paused", name) } },
+    { delete = { key = U.key("status", name) .. "/", prefix = true } },
+    { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
+  }
+  -- Events waiting for the job (pending/ entries with an event id, which
+  -- have no record yet) go with it; pending retries of runs that have a
+  -- record stay, so those runs are still ended (abandoned) by a node.
+  local pend = U.key("pending", name) .. "/"
+  local pr, perr, pcode = e:get(pend, { prefix = true, keys_only = true })
+  if not pr then return nil, perr, pcode end
+  for _, kv in ipairs(pr.kvs) do
+    if kv.key:sub(#pend + 1):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
+  end
+  if opts.purge then
+    ops[#ops + 1] = { delete = { key = U.key("last", name) } }
+    ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
+    ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
+  end
+  local r, err, code = e:txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = ops,
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then return fail("ENOENT: no job " .. name .. " at " .. jkey, "ENOENT") end
+  return { name = name, removed = true, purged = opts.purge and r.responses[#ops].deleted or 0 }
+end
+
+-- Sets or clears the paused flag of an existing job: {job, paused, changed}.
+local function set_paused(name, paused)
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local jkey, pkey = U.key("jobs", name), U.key("paused", name)
+  local op = paused
+    and { put = { key = pkey, value = json.encode { at = baton.now() } } }
+    or { delete = { key = pkey } }
+  local r, err, code = etcd():txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = { { get = { key = pkey, keys_only = true } }, op },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then return fail("ENOENT: no job " .. name .. " at " .. jkey, "ENOENT") end
+  local was = r.responses[1].count > 0
+  return { job = name, paused = paused, changed = was ~= paused }
+end
+
+-- pause_job(name) / resume_job(name) --> {job, paused, changed}: no new
+-- instants until resume (runs already started finish).
+function M.pause_job(name) return set_paused(name, true) end
+function M.resume_job(name) return set_paused(name, false) end
+
+-- The manual-trigger mechanism: a request key P trigger/<job>/<ms>-<rand>
+-- with {force=, at=, params=}; the node consumes (and deletes) it and
+-- claims the run U.manual_id(at). Returns the key and that run id, or nil,
+-- err, code; ENOENT if there is no such job.
+local function request_run(name, force, params)
+  local jkey = U.key("jobs", name)
+  local key = U.key("trigger", name, U.time_id())
+  local value = json.encode { force = force, at = baton.now(), params = params }
+  local r, err, code = etcd():txn {
+    compare = { { key = jkey, target = "create", op = ">", value = 0 } },
+    success = { { put = { key = key, value = value } } },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then return fail(no_job(name), "ENOENT") end
+  -- (the id from `at` as the node will decode it)
+  return key, U.manual_id(json.decode(value).at)
+end
+
+-- run_job(name [, {params = {k = "v"}, force = bool}]) --> {job, id, key,
+-- force, params?}: asks for one run now (a node claims it), honouring the
+-- job's concurrency unless force. Each param must be one the job declares
+-- (a string); refused (ECONFLICT, nothing queued) when no live node has
+-- the job's labels, or when no version of the job loads.
+function M.run_job(name, opts)
+  opts = opts or {}
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local given = opts.params or {}
+  if type(given) ~= "table" then return fail("EINVAL: params must be an object of strings", "EINVAL") end
+  for k, v in pairs(given) do
+    if type(k) ~= "string" then return fail("EINVAL: params must be an object of strings", "EINVAL") end
+    if type(v) ~= "string" then
+      return fail(format("EINVAL: parameter \"%s\": a string expected, got %s", k,
+        v == json.null and "null" or type(v)), "EINVAL")
+    end
+  end
+  if opts.force ~= nil and type(opts.force) ~= "boolean" then
+    return fail("EINVAL: force must be true or false", "EINVAL")
+  end
+  local kv, err, code = get_job(name)
+  if kv == nil then return nil, err, code end
+  if not kv then return fail(no_job(name), "ENOENT") end
+  local st = statuses(name) or {}
+  local _, spec = describe(name, kv, false, st)
+  if not spec then
+    -- Neither this version nor one a node runs loads: nothing can run.
+    return fail(select(2, job.load(kv.value, name)) .. "; nothing was queued", "ECONFLICT")
+  end
+  local known = U.sorted_keys(spec.params)
+  for _, k in ipairs(U.sorted_keys(given)) do
+    if spec.params[k] == nil then
+      local hint = job.did_you_mean(k, known)
+      return fail(format("EINVAL: unknown parameter \"%s\"%s; %s", k,
+        hint and format(" (did you mean \"%s\"?)", hint) or "",
+        #known > 0 and "the job's parameters are " .. concat(known, ", ")
+          or "the job declares no params"), "EINVAL")
+    end
+  end
+  local nodes, lerr, lcode = U.live_nodes()
+  if not nodes then return nil, lerr, lcode end
+  local why = U.no_eligible_node(spec.labels, nodes)
+  if why then return fail(why .. "; nothing was queued", "ECONFLICT") end
+  local key, id, rcode = request_run(name, opts.force or false, next(given) and given or nil)
+  if not key then return nil, id, rcode end
+  return { job = name, id = id, key = key, force = opts.force or false,
+           params = next(given) and given or nil }
+end
+
+-- The runs of job name that kill_job stops: {id=, node=, attempt=} for run
+-- id, or for every run of the job with an attempt executing (a running/
+-- marker); or nil, err, code.
+local function kill_targets(name, id)
+  local e = etcd()
+  local mpfx = U.key("running", name) .. "/"
+  if not id then
+    local r, err, code = e:get(mpfx, { prefix = true })
+    if not r then return nil, err, code end
+    if #r.kvs == 0 then
+      local kv = get_job(name)
+      if kv == false then return fail(no_job(name), "ENOENT") end
+      return fail("no run of job " .. name .. " is running (baton job history " .. name
+        .. " lists its runs)", "ECONFLICT")
+    end
+    local list = {}
+    for _, mkv in ipairs(r.kvs) do
+      local m = decode_object(mkv.value) or {}
+      list[#list + 1] = { id = mkv.key:sub(#mpfx + 1), node = field(m, "node"), attempt = field(m, "attempt") }
+    end
+    return list
+  end
+  local r, err, code = e:txn { success = { { get = { key = mpfx .. id } }, { get = { key = U.key("runs", name, id) } } } }
+  if not r then return nil, err, code end
+  local mkv, rkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
+  if mkv then
+    local m = decode_object(mkv.value) or {}
+    return { { id = id, node = field(m, "node"), attempt = field(m, "attempt") } }
+  end
+  if not rkv then
+    local kv = get_job(name)
+    if kv == false then return fail(no_job(name), "ENOENT") end
+    return fail(format("ENOENT: no run %s of job %s (baton job history %s lists its runs)", id, name, name),
+      "ENOENT")
+  end
+  local state = field(decode_object(rkv.value) or {}, "state")
+  if state == "running" then
+    return fail(format("run %s of job %s is not running on any node: its node is gone "
+      .. "and the run is being handed over; try again in a moment", id, name), "ECONFLICT")
+  end
+  return fail(format("run %s of job %s is not running: it is %s", id, name, tostring(state)), "ECONFLICT")
+end
+
+-- kill_job(name [, {id = ID, by = WHO}]) --> {job, killed = [ids],
+-- runs = [{id, node, attempt, asked}]}: asks the node running run ID (or
+-- every running run of the job) to stop it: ctx:cancelled() turns true,
+-- its processes get SIGTERM, then SIGKILL after the node's grace period;
+-- it is recorded killed (killed_by = WHO) and not retried. killed lists
+-- the runs asked; a run whose attempt ended meanwhile has asked = false.
+-- It returns at once: the record says when the run has ended.
+function M.kill_job(name, opts)
+  opts = opts or {}
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local targets, err, code = kill_targets(name, opts.id)
+  if not targets then return nil, err, code end
+  local who = opts.by or U.who()
+  local value = runs_mod.cancel_value("killed by " .. who, who)
+  local killed = {}
+  for _, t in ipairs(targets) do
+    local k = runs_mod.keys(U.prefix(), name, t.id)
+    -- only while the attempt executes: a run that ended keeps no request
+    local r, kerr, kcode = etcd():txn {
+      compare = { { key = k.marker, target = "create", op = ">", value = 0 } },
+      success = { { put = { key = k.cancel, value = value } } },
+    }
+    if not r then return nil, kerr, kcode end
+    t.asked = r.succeeded
+    if r.succeeded then killed[#killed + 1] = t.id end
+  end
+  return { job = name, killed = json.array(killed), runs = json.array(targets) }
+end
+
+---------------------------------------------------------------------------
+-- nodes, leader, queues
+
+-- nodes() --> the live nodes (`baton nodes --json`): the JSON each keeps
+-- at P nodes/<name> ({name, labels, version, running, started, clock,
+-- max_skew, ...}) with lease, by name.
+function M.nodes()
+  local pfx = U.key("nodes") .. "/"
+  local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
+  if not r then return nil, err, code end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    local v = decode_object(kv.value) or {}
+    v.name = field(v, "name") or kv.key:sub(#pfx + 1)
+    v.lease = kv.lease
+    list[#list + 1] = v
+  end
+  return json.array(list)
+end
+
+-- leader() --> {value (the node's name), key, lease, create_revision}:
+-- the oldest key under P election/ (etcd's election recipe); ENOENT when
+-- there is none.
+function M.leader()
+  local pfx = U.key("election") .. "/"
+  local r, err, code = etcd():get(pfx, { prefix = true, sort = "create", order = "asc", limit = 1 })
+  if not r then return nil, err, code end
+  local kv = r.kvs[1]
+  if not kv then return fail("no leader (nothing under " .. pfx .. ")", "ENOENT") end
+  return { value = kv.value, key = kv.key, lease = kv.lease, create_revision = kv.create_revision }
+end
+
+-- queue_push(queue, value) --> {queue, key}: a task under
+-- P queue/<queue>/<id>, id = <unix ms, 13 digits>-<16 random hex digits>
+-- (design.md section 7.3), created only if absent.
+function M.queue_push(queue, value)
+  if not job.valid_name(queue) then
+    return fail(format("EINVAL: invalid queue name \"%s\" (%s)", tostring(queue), U.NAME_RULE), "EINVAL")
+  end
+  if type(value) ~= "string" then return fail("EINVAL: the task value must be a string", "EINVAL") end
+  local key = U.key("queue", queue, U.time_id())
+  -- created only if absent: an id collision must not overwrite a task
+  local r, err, code = etcd():txn {
+    compare = { { key = key, target = "create", op = "==", value = 0 } },
+    success = { { put = { key = key, value = value } } },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then return fail("EEXIST: " .. key .. " exists; try again", "EEXIST") end
+  return { queue = queue, key = key, revision = r.revision }
+end
+
+---------------------------------------------------------------------------
+-- policies
+
+-- Status records of policies: {[name] = {{node=, revision=, error=}, ...}}
+-- (of one policy when name is given).
+local function policy_statuses(name, revision)
+  local pfx = U.key("policy-status") .. "/" .. (name and (name .. "/") or "")
+  local r, err, code = etcd():get(pfx, { prefix = true, revision = revision })
+  if not r then return nil, err, code end
+  local all = {}
+  local base = #U.key("policy-status") + 2
+  for _, kv in ipairs(r.kvs) do
+    local pname, node = kv.key:sub(base):match("^([^/]+)/(.+)$")
+    if pname then
+      local v = decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
+      all[pname] = all[pname] or {}
+      table.insert(all[pname], { node = node, revision = field(v, "revision"), error = field(v, "error") })
+    end
+  end
+  return all
+end
+
+-- What is known of one policy: stored kv (or nil), its module or load
+-- error, the built-in of the same name, and node statuses.
+local function describe_policy(name, kv, st)
+  local d = { name = name, builtin = policy.builtin(name) ~= nil, stored = kv ~= nil, broken = false }
+  local mod, err
+  if kv then
+    d.revision, d.key = kv.mod_revision, kv.key
+    mod, err = policy.load(kv.value, name)
+    if not mod then d.broken, d.error = true, err end
+  else
+    mod = policy.builtin(name)
+  end
+  if mod then
+    d.description = type(mod.description) == "string" and mod.description or nil
+    d.functions = json.array(policy.functions(mod))
+    d.selftest = mod.selftest ~= nil
+  end
+  d.status = json.array(st or {})
+  for _, s in ipairs(d.status) do
+    if s.error and (not kv or s.revision == nil or s.revision == kv.mod_revision) then
+      d.broken = true
+      d.error = d.error or (s.node .. ": " .. tostring(s.error))
+    end
+  end
+  return d, mod
+end
+
+-- list_policies() --> every policy, stored and built in, by name (`baton
+-- policy ls --json`): {name, builtin, stored, broken, error?, revision?,
+-- key?, description?, functions [...], selftest (has one), status [...]}.
+function M.list_policies()
+  local pfx = U.key("policies") .. "/"
+  local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
+  if not r then return nil, err, code end
+  local st, serr, scode = policy_statuses(nil, r.revision)
+  if not st then return nil, serr, scode end
+  local stored, names = {}, {}
+  for _, kv in ipairs(r.kvs) do
+    local name = kv.key:sub(#pfx + 1)
+    stored[name] = kv
+    names[#names + 1] = name
+  end
+  for _, name in ipairs(policy.BUILTINS) do
+    if not stored[name] then names[#names + 1] = name end
+  end
+  table.sort(names)
+  local list = {}
+  for _, name in ipairs(names) do list[#list + 1] = (describe_policy(name, stored[name], st[name])) end
+  return json.array(list)
+end
+
+-- show_policy(name) --> as in list_policies, with source (when stored) and
+-- selftest = {passed, lines | error} when it has one (`baton policy show
+-- --json`); ENOENT when it is neither stored nor built in.
+function M.show_policy(name)
+  local ok, nerr, ncode = check_name("policy", name)
+  if not ok then return nil, nerr, ncode end
+  local key = U.key("policies", name)
+  local r, err, code = etcd():get(key)
+  if not r then return nil, err, code end
+  local kv = r.kvs[1]
+  if not kv and not policy.builtin(name) then
+    return fail("ENOENT: no policy " .. name .. " at " .. key .. " and no built-in of that name", "ENOENT")
+  end
+  local st, serr, scode = policy_statuses(name, r.revision)
+  if not st then return nil, serr, scode end
+  local d, mod = describe_policy(name, kv, st[name])
+  local sok, slines
+  if mod then sok, slines = policy.selftest(mod) end
+  d.source = kv and kv.value or nil
+  d.version = kv and kv.version or nil
+  d.selftest = mod and mod.selftest and { passed = sok, lines = sok and json.array(slines) or nil,
+    error = not sok and slines or nil } or nil
+  return d
+end
+
+-- check_policy(name, source [, chunkname]) --> module, selftest lines:
+-- compile, fields and self-test, as policy put checks before it writes.
+function M.check_policy(name, source, chunkname)
+  local ok, nerr, ncode = check_name("policy", name)
+  if not ok then return nil, nerr, ncode end
+  if type(source) ~= "string" then return fail("EINVAL: the policy source must be a string", "EINVAL") end
+  local big = too_big("policy", name, #source)
+  if big then return fail(big, "EFBIG") end
+  local mod, verr = policy.load(source, name, chunkname)
+  if not mod then return invalid(verr) end
+  local sok, lines = policy.selftest(mod)
+  if not sok then return invalid(format("EINVAL: policy %s: %s; nothing stored", name, lines)) end
+  return mod, lines
+end
+
+-- put_policy(name, source [, opts]) --> {name, key, revision, created,
+-- overrides_builtin, selftest = {passed = true, decisions = n} | nil}:
+-- stores it at P policies/<name> once check_policy passes; every node uses
+-- it from its next decision on. opts.revision as in put_job.
+function M.put_policy(name, source, opts)
+  opts = opts or {}
+  local mod, lines, vcode, extra = M.check_policy(name, source, opts.chunkname)
+  if not mod then return nil, lines, vcode, extra end
+  local key = U.key("policies", name)
+  local compare = {}
+  if opts.revision then compare[1] = { key = key, target = "mod", op = "==", value = opts.revision } end
+  local r, err, code = etcd():txn {
+    compare = compare,
+    success = { { put = { key = key, value = source, prev_kv = true } } },
+    failure = { { get = { key = key, keys_only = true } } },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then
+    local cur = r.responses[1].kvs[1]
+    if opts.revision == 0 then
+      return fail(format("EEXIST: policy %s exists (revision %d); nothing was stored", name, cur.mod_revision),
+        "EEXIST")
+    end
+    return fail(format("ECONFLICT: policy %s is %s, not at revision %d; nothing was stored", name,
+      cur and format("at revision %d", cur.mod_revision) or "not stored", opts.revision), "ECONFLICT")
+  end
+  return { name = name, key = key, revision = r.revision, created = r.responses[1].prev_kv == nil,
+           overrides_builtin = policy.builtin(name) ~= nil,
+           selftest = mod.selftest and { passed = true, decisions = #lines } or nil }
+end
+
+-- rm_policy(name) --> {name, removed = true, now = "the built-in NAME" |
+-- "the default policy"}: deletes a stored policy and its node statuses;
+-- jobs naming it use the built-in of that name, or the default.
+function M.rm_policy(name)
+  local ok, nerr, ncode = check_name("policy", name)
+  if not ok then return nil, nerr, ncode end
+  local key = U.key("policies", name)
+  local r, err, code = etcd():txn {
+    compare = { { key = key, target = "create", op = ">", value = 0 } },
+    success = {
+      { delete = { key = key } },
+      { delete = { key = U.key("policy-status", name) .. "/", prefix = true } },
+    },
+  }
+  if not r then return nil, err, code end
+  if not r.succeeded then
+    return fail("ENOENT: no policy " .. name .. " at " .. key
+      .. (policy.builtin(name) and " (built-in policies cannot be removed)" or ""), "ENOENT")
+  end
+  return { name = name, removed = true,
+           now = policy.builtin(name) and ("the built-in " .. name) or "the default policy" }
+end
+
+return M
