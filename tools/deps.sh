@@ -10,16 +10,29 @@ for p in $pkgs; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
   case "$st" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
 done
+# node and npm for tests/cron and tests/browser: Debian's nodejs and npm,
+# unless a node with its own npm (NodeSource's nodejs, which provides and
+# conflicts with Debian's npm) is installed already.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+# npm_ci DIR MODULE WHAT: npm ci in DIR (its package-lock.json pins every
+# version) unless DIR/node_modules/MODULE is there already; on failure,
+# says that WHAT will skip.
+npm_ci() {
+  [ -f "$root/$1/node_modules/$2/package.json" ] && return 0
+  (cd "$root/$1" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error \
+     >/dev/null 2>&1) || echo "baton: npm ci in $1 failed; $3 will skip" >&2
+}
 node_deps() {
-  # The pinned reference implementation of the differential cron test
-  # (tests/cron/package-lock.json). Without node or the registry the live
-  # half of that test skips; the committed fixtures are still checked.
   root=$(cd "$(dirname "$0")/.." && pwd)
-  if [ ! -f "$root/tests/cron/node_modules/cron-parser/package.json" ] &&
-     command -v npm >/dev/null 2>&1; then
-    (cd "$root/tests/cron" && npm ci --no-audit --no-fund --loglevel=error \
-       >/dev/null 2>&1) || echo "baton: npm ci in tests/cron failed; the live cron differential test will skip" >&2
-  fi
+  command -v npm >/dev/null 2>&1 || return 0
+  # The pinned reference implementation of the differential cron test.
+  # Without node or the registry the live half of that test skips; the
+  # committed fixtures are still checked.
+  npm_ci tests/cron cron-parser "the live cron differential test"
+  # puppeteer-core for the dashboard's browser test (tests/cluster/dashboard.sh):
+  # it drives Debian's chromium and never downloads a browser.
+  npm_ci tests/browser puppeteer-core "the dashboard browser test"
   return 0
 }
 [ -z "$missing" ] && { node_deps; exit 0; }
