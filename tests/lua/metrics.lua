@@ -266,4 +266,32 @@ code, out = promtool(text)
 T.is(code, 0, "promtool check metrics passes 10,000 jobs' exposition")
 if code ~= 0 then T.diag(out:sub(1, 2000)) end
 
+---------------------------------------------------------------------------
+-- 5. the shipped alert rules and scrape config (docs/operations.md)
+
+local dir = (os.getenv("BATON_ROOT") or ".") .. "/examples/prometheus"
+for _, cmd in ipairs {
+  { "promtool", "check", "rules", "alerts.yml" },
+  { "promtool", "check", "config", "prometheus.yml" },
+  -- (the alerts fire on sample series of a 2-node cluster, and not when
+  -- nothing is wrong)
+  { "promtool", "test", "rules", "alerts.test.yml" },
+} do
+  cmd.cwd, cmd.timeout = dir, 60
+  local r = assert(baton.exec(cmd))
+  if not T.is(r.code, 0, table.concat(cmd, " ", 1, 3) .. " " .. cmd[4]) then T.diag(r.stdout .. r.stderr) end
+end
+-- Every metric an alert uses is one the node exports.
+local rules = assert(io.open(dir .. "/alerts.yml")):read("*a")
+local exported = {}
+for name in nt:gmatch("# TYPE (baton_[%w_]+)") do exported[name] = true end
+local used = {}
+for name in rules:gmatch("(baton_[%w_]+)") do
+  local base = name:gsub("_bucket$", "")
+  if not used[base] then
+    used[base] = true
+    T.ok(exported[base], "alerts.yml uses " .. base .. ", which the node exports")
+  end
+end
+
 T.done()
