@@ -20,6 +20,7 @@ local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
 local pool = require "baton.node.pool"
 local clock = require "baton.node.clock"
+local http = require "baton.node.http"
 local metrics = require "baton.node.metrics"
 local policymod = require "baton.policy"
 local events = require "baton.events"
@@ -645,6 +646,7 @@ local function stop(self, sig)
   self.pool:stop_all()
   deadline = baton.monotime() + self.grace
   while self.executing > 0 and baton.monotime() < deadline do baton.sleep(0.05) end
+  http.stop(self) -- (/readyz said 503 "stopping" until now)
   self.s:close()
   log("info", "node stopped", { node = self.name })
 end
@@ -669,8 +671,25 @@ function M.run(opts)
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
   self.publish = function() publish(self) end
   self.max_skew = opts.max_skew or clock.MAX_SKEW
+  -- --http: its files are read before the node joins, and it listens once
+  -- it has (node/http.lua); a failure of either ends the node at once.
+  local web
+  if opts.http then
+    local herr
+    web, herr = http.prepare(opts.http)
+    if not web then return nil, "node " .. self.name .. ": " .. herr end
+  end
   local ok, err = join(self)
   if not ok then return nil, "node " .. self.name .. ": " .. err end
+  if web then
+    local srv, herr = http.start(self, web)
+    if not srv then
+      self.s:close()
+      return nil, "node " .. self.name .. ": --http: " .. herr
+    end
+    log("info", "http listening", { node = self.name, addr = srv.addr, tls = web.cert and true or false,
+                                    writable = web.token and true or false })
+  end
   clock.start(self)
   self.pool = pool.new(self)
   self.nodes[self.name] = { name = self.name, labels = self.labels }

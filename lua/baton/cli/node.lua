@@ -1,11 +1,14 @@
 -- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]
+--            [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]
 -- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
+-- --http: the node's HTTP face (node/http.lua, docs/api.md).
 -- --max-skew: seconds this node's clock may be off the cluster's before it
 -- warns and is flagged in baton nodes (default 0.5; node/clock.lua).
 local baton = require "baton"
 local A = require "baton.cli.args"
 
-local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]"
+local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
+  .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
   --ttl S         the node's lease in seconds (default 10): a dead node's
@@ -17,7 +20,16 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   cluster leader deletes older ones
   --max-skew S    clock offset against the cluster's, in seconds, beyond
                   which the node warns and is flagged in baton nodes
-                  (default 0.5)]]
+                  (default 0.5)
+  --http ADDR     serve /metrics, /healthz, /readyz, the dashboard (/) and
+                  the REST API (/api/v1/, docs/api.md) on ADDR: HOST:PORT,
+                  [::1]:PORT or :PORT (all interfaces); off when not given
+  --http-token-file F
+                  the API's writes (PUT, POST, DELETE) need the header
+                  Authorization: Bearer TOKEN, TOKEN being F's first line;
+                  without it the API is read-only
+  --http-cert F --http-key F
+                  serve HTTPS with this certificate and key (PEM files)]]
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -29,8 +41,23 @@ end
 return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
-    workers = "count", labels = "string", history = "count", ["max-skew"] = "number" }, { ... }, HELP)
+    workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
+    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
+  local http
+  if opts.http then
+    if opts.http == "" then return A.usage("node", USAGE, "--http needs an address, HOST:PORT") end
+    if (opts["http-cert"] == nil) ~= (opts["http-key"] == nil) then
+      return A.usage("node", USAGE, opts["http-cert"] and "--http-cert needs --http-key"
+        or "--http-key needs --http-cert")
+    end
+    http = { addr = opts.http, token_file = opts["http-token-file"], cert_file = opts["http-cert"],
+             key_file = opts["http-key"] }
+  else
+    for _, f in ipairs { "http-token-file", "http-cert", "http-key" } do
+      if opts[f] then return A.usage("node", USAGE, "--" .. f .. " goes with --http ADDR") end
+    end
+  end
   local name = opts.name or hostname()
   if not name:match("^[%w][%w_.-]*$") then
     return A.usage("node", USAGE, "--name: letters, digits, '_', '.', '-' expected, not \"" .. name .. "\"")
@@ -43,7 +70,7 @@ return function(...)
   end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
                                              workers = opts.workers, history = opts.history,
-                                             max_skew = opts["max-skew"] }
+                                             max_skew = opts["max-skew"], http = http }
   if not ok then return A.die(err) end
   baton.exit(0)
 end
