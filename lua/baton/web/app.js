@@ -406,6 +406,14 @@
 
   // ----------------------------------------------------------------- token
 
+  // sessionStorage may be refused (a sandboxed frame, storage disabled):
+  // the token then lives as long as the page.
+  const store = {
+    get() { try { return sessionStorage.getItem(TOKEN_KEY); } catch (_) { return S.token; } },
+    set(t) { try { sessionStorage.setItem(TOKEN_KEY, t); } catch (_) { /* page only */ } },
+    drop() { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* page only */ } },
+  };
+
   function loadToken() {
     // #token=... (alone, or after the route: #/jobs/x&token=...) is taken
     // once, kept for this tab, and removed from the URL and history.
@@ -414,12 +422,12 @@
       let t = m[1];
       try { t = decodeURIComponent(t); } catch (_) { /* as is */ }
       t = t.trim();
-      if (t) sessionStorage.setItem(TOKEN_KEY, t);
+      if (t) { store.set(t); S.token = t; }
       let rest = location.hash.replace(/(?:^#|[&?])token=[^&]*/, (s) => (s.startsWith('#') ? '#' : ''));
       if (rest === '#' || rest === '') rest = '#/';
       history.replaceState(null, '', location.pathname + location.search + rest);
     }
-    S.token = sessionStorage.getItem(TOKEN_KEY) || null;
+    S.token = store.get() || null;
   }
 
   function bindToken() {
@@ -429,14 +437,14 @@
       const t = input.value.trim();
       input.value = '';
       if (!t) return;
-      sessionStorage.setItem(TOKEN_KEY, t);
+      store.set(t);
       S.token = t;
       renderHeader();
       rerender();
       if (S.info && !S.info.writable) notice('info', 'Token kept, but this node is read-only: start it with --http-token-file FILE to enable actions.');
     });
     $('#token-forget').addEventListener('click', () => {
-      sessionStorage.removeItem(TOKEN_KEY);
+      store.drop();
       S.token = null;
       renderHeader();
       rerender();
@@ -680,7 +688,8 @@
       stat('stat-nodes', 'Nodes', String(nodes.length),
         S.info && S.info.leader ? `leader ${S.info.leader}${skewed ? ` · ${skewed} clock skewed` : ''}` : 'no leader', !S.info || !S.info.leader || skewed ? 'warn' : ''),
       stat('stat-jobs', 'Jobs', String(jobs.length), `${broken} broken · ${jobs.filter((j) => j.paused).length} paused`, broken ? 'bad' : ''),
-      stat('stat-busy', 'Running now', String(busy), `${running} in the recent runs`, ''),
+      stat('stat-busy', 'Running now', String(busy),
+        `on ${nodes.filter((n) => nodeRunning(n.running) > 0).length} of ${nodes.length} nodes${running ? ` · ${running} in the list below` : ''}`, ''),
       stat('stat-failed', 'Recent failures', String(failed), `of the last ${runs.length} runs`, failed ? 'bad' : 'good'));
   }
 
@@ -716,6 +725,18 @@
       }
     };
     view.rerender = () => { if (view.lastJob) renderJobSpec(el, view.lastJob); };
+    view.missing = (k, e) => {
+      if (k !== 'job') return false;
+      const err = $('#job-error', el);
+      err.hidden = false;
+      err.className = 'alert soft';
+      err.replaceChildren(h('strong', null, 'No such job. '), `${e.message}. Its run records, if any, are below.`);
+      $('#job-details', el).replaceChildren();
+      $('#job-actions', el).replaceChildren();
+      $('#job-state', el).replaceChildren(badge('not found', 'warn'));
+      view.lastJob = null;
+      return true;
+    };
     return view;
   }
 
@@ -854,9 +875,22 @@
       const sig = JSON.stringify(d.run);
       if (sig === view.sig) return;
       view.sig = sig;
+      el.classList.remove('not-found');
       renderRun(el, job, d.run);
     };
     view.rerender = () => {};
+    view.missing = (k, e) => {
+      if (k !== 'run') return false;
+      view.sig = null;
+      el.classList.add('not-found');
+      const err = $('#run-error', el);
+      err.hidden = false;
+      err.className = 'alert soft';
+      err.replaceChildren(h('strong', null, 'No such run. '),
+        `${e.message}. The cluster keeps the newest records of each job (baton node --history N).`);
+      $('#run-state', el).replaceChildren(badge('not found', 'warn'));
+      return true;
+    };
     return view;
   }
 
@@ -989,7 +1023,14 @@
         if (num(data.info.time) !== null) S.skew = data.info.time - Date.now() / 1000;
       }
       renderHeader();
-      if (view === S.view) view.update(data);
+      if (view === S.view) {
+        // A 404 of what the page is about (a removed job, a pruned run) is
+        // said on the page, not in the banner.
+        for (const [k, e] of Object.entries(errors)) {
+          if (e.status === 404 && view.missing && view.missing(k, e)) delete errors[k];
+        }
+        view.update(data);
+      }
       reportErrors(errors);
       const all = Object.keys(errors).length === 0;
       if (all) S.lastOk = nowSec();

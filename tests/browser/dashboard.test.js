@@ -1,0 +1,382 @@
+// The dashboard in a real browser: Debian's chromium, driven by
+// puppeteer-core, against a live cluster that tests/cluster/dashboard.sh
+// starts (two baton nodes with --http; it passes everything in the
+// environment). Prints TAP lines numbered from TAP_START + 1, no plan: the
+// shell test prints the plan, from the count written to TAP_COUNT_FILE.
+//
+//   BATON_DASH_URL_A     base URL of node A (has --http-token-file; the page
+//                        under test is loaded from it; it stays up)
+//   BATON_DASH_URL_B     base URL of node B (read-only; killed with -9)
+//   BATON_DASH_NODE_A, BATON_DASH_NODE_B, BATON_DASH_PID_B
+//   BATON_DASH_TTL       the nodes' --ttl (B must leave the page within TTL + 2 s)
+//   BATON_DASH_TOKEN     the first line of A's token file
+//   BATON_DASH_OK_JOB    a job that succeeds every second, printing
+//   BATON_DASH_OK_TEXT   this line (and a line with markup in it)
+//   BATON_DASH_FAIL_JOB  a job that fails, with
+//   BATON_DASH_FAIL_TEXT in its error
+//   BATON_DASH_ARTIFACTS where the screenshots go (kept after the run)
+//   BATON_DASH_SCRATCH   a scratch directory (the browser's profile)
+//   BATON_CHROMIUM       the browser (default /usr/bin/chromium)
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const puppeteer = require('puppeteer-core');
+
+const env = (k, d) => {
+  const v = process.env[k];
+  if (v === undefined || v === '') {
+    if (d !== undefined) return d;
+    throw new Error(`dashboard.test.js: ${k} is not set (tests/cluster/dashboard.sh sets it)`);
+  }
+  return v;
+};
+const URL_A = env('BATON_DASH_URL_A').replace(/\/?$/, '/');
+const URL_B = env('BATON_DASH_URL_B').replace(/\/?$/, '/');
+const NODE_A = env('BATON_DASH_NODE_A');
+const NODE_B = env('BATON_DASH_NODE_B');
+const PIDS_B = env('BATON_DASH_PID_B').split(/\s+/).filter(Boolean).map(Number);
+const TTL = Number(env('BATON_DASH_TTL'));
+const TOKEN = env('BATON_DASH_TOKEN');
+const OK_JOB = env('BATON_DASH_OK_JOB');
+const OK_TEXT = env('BATON_DASH_OK_TEXT');
+const FAIL_JOB = env('BATON_DASH_FAIL_JOB');
+const FAIL_TEXT = env('BATON_DASH_FAIL_TEXT');
+const ARTIFACTS = env('BATON_DASH_ARTIFACTS');
+const SCRATCH = env('BATON_DASH_SCRATCH');
+const CHROMIUM = env('BATON_CHROMIUM', '/usr/bin/chromium');
+
+// ------------------------------------------------------------------- TAP
+
+let n = Number(process.env.TAP_START || 0);
+let count = 0;
+let failed = 0;
+function diag(text) {
+  for (const l of String(text).split('\n')) process.stdout.write(`# ${l}\n`);
+}
+function ok(cond, name, why) {
+  n += 1;
+  count += 1;
+  process.stdout.write(`${cond ? 'ok' : 'not ok'} ${n} - ${name}\n`);
+  if (!cond) {
+    failed += 1;
+    if (why) diag(`  ${why}`);
+  }
+  return cond;
+}
+// Runs fn; a throw (a timeout waiting for the DOM) is a failure with its
+// message, and a returned string is shown as the failure's reason.
+async function check(name, fn) {
+  try {
+    const r = await fn();
+    return ok(r === undefined || r === true, name, typeof r === 'string' ? r : undefined);
+  } catch (e) {
+    return ok(false, name, (e && e.message ? e.message : String(e)).split('\n')[0]);
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const css = (s) => JSON.stringify(s); // a quoted attribute value for a selector
+
+async function getJSON(url, opts) {
+  const res = await fetch(url, Object.assign({ signal: AbortSignal.timeout(5000) }, opts));
+  return { status: res.status, body: await res.json().catch(() => null) };
+}
+
+// --------------------------------------------------------------- browser
+
+const pageErrors = [];
+function watch(page, label, consoleErrors) {
+  page.on('pageerror', (e) => pageErrors.push(`${label}: ${e.message}`));
+  page.on('console', (m) => {
+    // A failed fetch (401, connection refused) is logged by the browser
+    // itself as "Failed to load resource": expected in some steps.
+    if (m.type() === 'error' && consoleErrors && !/^Failed to load resource/.test(m.text())) {
+      pageErrors.push(`${label} console: ${m.text()}`);
+    }
+  });
+}
+
+async function shot(page, file) {
+  const p = path.join(ARTIFACTS, file);
+  await page.screenshot({ path: p, fullPage: true });
+  diag(`screenshot: ${p}`);
+  return p;
+}
+
+// The rows of a tbody as {key, cls} in page order.
+const rowsOf = (page, tbody) => page.$$eval(`${tbody} > tr`, (trs) => trs.map((t) => ({ cls: t.className, job: t.dataset.job, state: t.dataset.state })));
+
+async function main() {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  const browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    userDataDir: path.join(SCRATCH, 'chromium-profile'),
+    args: [
+      ...(process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : []),
+      '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--disable-default-apps',
+    ],
+  });
+  try {
+    await run(browser);
+  } finally {
+    await browser.close().catch(() => {});
+  }
+}
+
+async function run(browser) {
+  const a = await browser.newPage();
+  watch(a, 'page on A', true);
+  await a.setViewport({ width: 1280, height: 900 });
+
+  // ---- overview, no token
+  await a.goto(URL_A, { waitUntil: 'load' });
+  await check(`both nodes appear (${NODE_A}, ${NODE_B})`, async () => {
+    await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_A)}]`, { timeout: 10000 });
+    await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_B)}]`, { timeout: 10000 });
+  });
+  const leader = (await getJSON(`${URL_A}api/v1/leader`)).body;
+  const leaderName = leader && leader.value;
+  await check(`the leader (${leaderName}, per /api/v1/leader) is marked, and only it`, async () => {
+    await a.waitForSelector(`tr.node[data-node=${css(leaderName)}] .leader-mark`, { timeout: 6000 });
+    const marks = await a.$$eval('#nodes-body .leader-mark', (els) => els.length);
+    return marks === 1 || `${marks} leader marks`;
+  });
+  await check('each node row shows its version and a clock offset with its uncertainty', async () => {
+    await a.waitForFunction((name) => {
+      const tr = document.querySelector(`tr.node[data-node="${name}"]`);
+      return tr && /[+−]\d+\.\d{3}s ±\d+\.\d{3}/.test(tr.textContent) && /\d+\.\d+\.\d+/.test(tr.textContent);
+    }, { timeout: 10000 }, NODE_A);
+  });
+  await check(`the jobs' rows appear (${OK_JOB}, ${FAIL_JOB}) with their schedule`, async () => {
+    await a.waitForSelector(`#jobs-body tr.job[data-job=${css(OK_JOB)}]`, { timeout: 10000 });
+    await a.waitForSelector(`#jobs-body tr.job[data-job=${css(FAIL_JOB)}]`, { timeout: 10000 });
+    const sched = await a.$eval(`tr.job[data-job=${css(OK_JOB)}] .sched`, (e) => e.textContent);
+    return sched === '* * * * * *' || `schedule cell says "${sched}"`;
+  });
+  await check(`a failed run of ${FAIL_JOB} appears in the recent runs`, async () => {
+    await a.waitForSelector(`#runs-body tr.run.failed[data-job=${css(FAIL_JOB)}]`, { timeout: 15000 });
+  });
+  await check(`a succeeded run of ${OK_JOB} appears too`, async () => {
+    await a.waitForSelector(`#runs-body tr.run.state-succeeded[data-job=${css(OK_JOB)}]`, { timeout: 10000 });
+  });
+  await check('failures come first in the recent runs', async () => {
+    const rows = await rowsOf(a, '#runs-body');
+    const isFail = rows.map((r) => /\bfailed\b/.test(r.cls));
+    const firstOther = isFail.indexOf(false);
+    const lastFail = isFail.lastIndexOf(true);
+    return (isFail[0] === true && (firstOther === -1 || lastFail < firstOther)) ||
+      `row states in order: ${rows.map((r) => r.state).join(',')}`;
+  });
+  await check('the header says the node is writable', async () => {
+    await a.waitForSelector('#cluster-line .mode.rw', { timeout: 5000 });
+  });
+  await check('without a token no action is shown', async () => {
+    const acts = await a.$$eval('button.act', (els) => els.length);
+    const head = await a.$eval('#jobs-table .acts-head', (e) => e.hidden);
+    return (acts === 0 && head) || `${acts} action buttons, actions column hidden: ${head}`;
+  });
+
+  // ---- the token, given once in the URL
+  await a.goto('about:blank');
+  await a.goto(`${URL_A}#token=${encodeURIComponent(TOKEN)}`, { waitUntil: 'load' });
+  await check('with #token= the actions appear (run now, pause)', async () => {
+    await a.waitForSelector(`tr.job[data-job=${css(OK_JOB)}] button.act-run`, { timeout: 8000 });
+    await a.waitForSelector(`tr.job[data-job=${css(OK_JOB)}] button.act-pause`, { timeout: 2000 });
+  });
+  await check('the token is removed from the URL and kept in sessionStorage', async () => {
+    const st = await a.evaluate(() => ({ href: location.href, kept: sessionStorage.getItem('baton.token') }));
+    return (!st.href.includes('token') && st.kept === TOKEN) || `href ${st.href}, stored ${st.kept ? 'a token' : 'nothing'}`;
+  });
+
+  // ---- actions
+  const okRow = `tr.job[data-job=${css(OK_JOB)}]`;
+  await check(`Pause pauses ${OK_JOB} (the row says so, and so does the API)`, async () => {
+    await a.click(`${okRow} button.act-pause`);
+    await a.waitForSelector(`${okRow}.paused button.act-resume`, { timeout: 8000 });
+    const jobs = (await getJSON(`${URL_A}api/v1/jobs`)).body || [];
+    const j = jobs.find((x) => x.name === OK_JOB);
+    return (j && j.paused === true) || `API: ${JSON.stringify(j)}`;
+  });
+  await check(`Resume resumes it`, async () => {
+    await a.click(`${okRow} button.act-resume`);
+    await a.waitForSelector(`${okRow}:not(.paused) button.act-pause`, { timeout: 8000 });
+    const jobs = (await getJSON(`${URL_A}api/v1/jobs`)).body || [];
+    const j = jobs.find((x) => x.name === OK_JOB);
+    return (j && j.paused === false) || `API: ${JSON.stringify(j)}`;
+  });
+  await check(`Run now starts a manual run of ${OK_JOB} that shows up in the recent runs`, async () => {
+    await a.click(`${okRow} button.act-run`);
+    await a.waitForFunction(() => {
+      const n2 = document.querySelector('#notice');
+      return n2 && !n2.hidden && /requested/.test(n2.textContent);
+    }, { timeout: 8000 });
+    await a.waitForFunction((job) => Array.from(document.querySelectorAll(`#runs-body tr.run[data-job="${job}"] .kind`))
+      .some((k) => k.textContent === 'manual'), { timeout: 12000 }, OK_JOB);
+  });
+  await check('a wrong token gets the API\'s 401 in a notice, and changes nothing', async () => {
+    await a.click('#token-forget');
+    await a.waitForSelector('#token-input:not([hidden])', { timeout: 3000 });
+    const gone = await a.$$eval('button.act', (els) => els.length);
+    if (gone !== 0) return `${gone} action buttons after Forget`;
+    await a.type('#token-input', 'not-the-token');
+    await a.click('#token-save');
+    await a.waitForSelector(`${okRow} button.act-pause`, { timeout: 5000 });
+    await a.click(`${okRow} button.act-pause`);
+    await a.waitForFunction(() => {
+      const n2 = document.querySelector('#notice');
+      return n2 && !n2.hidden && n2.classList.contains('bad') && /401/.test(n2.textContent);
+    }, { timeout: 8000 });
+    const jobs = (await getJSON(`${URL_A}api/v1/jobs`)).body || [];
+    const j = jobs.find((x) => x.name === OK_JOB);
+    return (j && j.paused === false) || `API: ${JSON.stringify(j)}`;
+  });
+  await a.click('#token-forget');
+  await a.type('#token-input', TOKEN);
+  await a.click('#token-save');
+  await check('writes without the token are refused by the API itself (401)', async () => {
+    const r = await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(OK_JOB)}/pause`, { method: 'POST' });
+    return r.status === 401 || `status ${r.status}`;
+  });
+
+  // ---- job page (a hash route: the same document throughout)
+  await a.evaluate(() => { window.__sameDocument = 'yes'; });
+  await a.click(`${okRow} th a`);
+  await check(`the job page of ${OK_JOB} shows its history`, async () => {
+    await a.waitForFunction(() => document.querySelectorAll('#history-body tr.run').length >= 3, { timeout: 10000 });
+    const hash = await a.evaluate(() => location.hash);
+    return hash === `#/jobs/${OK_JOB}` || `hash ${hash}`;
+  });
+  await check('and a chart of duration and lateness (SVG, one point per run)', async () => {
+    await a.waitForSelector('#chart svg.chart-svg circle.pt-duration', { timeout: 5000 });
+    const c = await a.evaluate(() => ({
+      dur: document.querySelectorAll('#chart svg circle.pt-duration').length,
+      late: document.querySelectorAll('#chart svg rect.pt-lateness').length,
+      rows: document.querySelectorAll('#history-body tr.run').length,
+      lines: document.querySelectorAll('#chart svg path.series').length,
+    }));
+    return (c.dur >= 3 && c.late >= 3 && c.dur === Math.min(c.rows, 100) && c.lines === 2) || JSON.stringify(c);
+  });
+  await shot(a, 'dashboard-job.png');
+
+  // ---- run view
+  await check(`a run of ${OK_JOB} shows its record and its kept output`, async () => {
+    await a.click('#history-body tr.run.state-succeeded td.id a');
+    await a.waitForFunction((text) => Array.from(document.querySelectorAll('#run-output .line')).some((l) => l.textContent.includes(text)),
+      { timeout: 10000 }, OK_TEXT);
+    const rec = await a.$eval('#run-record', (e) => e.textContent);
+    return (/succeeded/.test(rec) && (rec.includes(NODE_A) || rec.includes(NODE_B))) || `record: ${rec}`;
+  });
+  await check('markup in a run\'s output is shown as text, never run', async () => {
+    const r = await a.evaluate(() => ({
+      literal: Array.from(document.querySelectorAll('#run-output .line')).some((l) => l.textContent.includes('<img src=x onerror=')),
+      imgs: document.querySelectorAll('#run-output img, #view img').length,
+      xss: window.__xss === undefined ? 'none' : String(window.__xss),
+    }));
+    return (r.literal && r.imgs === 0 && r.xss === 'none') || JSON.stringify(r);
+  });
+  await shot(a, 'dashboard-run.png');
+  await a.goto(`${URL_A}#/`, { waitUntil: 'load' }).catch(() => {});
+  await a.evaluate(() => { if (location.hash !== '#/') location.hash = '#/'; });
+  await check(`a failed run of ${FAIL_JOB} shows its error and output`, async () => {
+    await a.waitForSelector(`#runs-body tr.run.failed[data-job=${css(FAIL_JOB)}] td.id a`, { timeout: 10000 });
+    await a.click(`#runs-body tr.run.failed[data-job=${css(FAIL_JOB)}] td.id a`);
+    await a.waitForFunction((text) => {
+      const e = document.querySelector('#run-error');
+      return e && !e.hidden && e.textContent.includes(text);
+    }, { timeout: 8000 }, FAIL_TEXT);
+    await a.waitForSelector('#run-output .line', { timeout: 5000 });
+  });
+  const same = await a.evaluate(() => window.__sameDocument);
+  ok(same === 'yes', 'moving between views never reloaded the page');
+
+  // ---- the read-only node: a token does not make it writable
+  const b = await browser.newPage();
+  watch(b, 'page on B', false);
+  await b.setViewport({ width: 1280, height: 900 });
+  await b.goto(`${URL_B}#token=${encodeURIComponent(TOKEN)}`, { waitUntil: 'load' });
+  await check(`${NODE_B} (no --http-token-file) shows read-only and no action, even with a token`, async () => {
+    await b.waitForSelector(`#jobs-body tr.job[data-job=${css(OK_JOB)}]`, { timeout: 10000 });
+    await b.waitForSelector('#cluster-line .mode.ro', { timeout: 5000 });
+    const acts = await b.$$eval('button.act', (els) => els.length);
+    return acts === 0 || `${acts} action buttons`;
+  });
+
+  // ---- a hidden tab stops polling; visible again, it resumes at once
+  // (a background tab is hidden: bring A's to the front)
+  await a.bringToFront();
+  await a.goto(`${URL_A}#/`, { waitUntil: 'load' }).catch(() => {});
+  await a.evaluate(() => { if (location.hash !== '#/') location.hash = '#/'; });
+  await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_B)}]`, { timeout: 10000 });
+  let apiRequests = 0;
+  const countApi = (req) => { if (req.url().includes('/api/v1/')) apiRequests += 1; };
+  a.on('request', countApi);
+  await a.evaluate(() => {
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => true });
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await sleep(500); // a poll already under way may finish
+  apiRequests = 0;
+  await sleep(4500);
+  const hiddenRequests = apiRequests;
+  await a.evaluate(() => {
+    delete document.hidden;
+    delete document.visibilityState;
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await sleep(1000);
+  a.off('request', countApi);
+  ok(hiddenRequests === 0 && apiRequests > 0, 'polling stops while the tab is hidden and resumes when it is shown',
+    `${hiddenRequests} API requests in 4.5 s hidden, ${apiRequests} in 1 s after`);
+
+  await sleep(1500);
+  const overview = await shot(a, 'dashboard.png');
+
+  // ---- kill -9 of node B: it leaves the page within TTL + 2 s, no reload
+  await a.evaluate(() => { window.__sameDocument = 'before-kill'; });
+  await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_B)}]`, { timeout: 5000 });
+  const t0 = Date.now();
+  for (const pid of PIDS_B) process.kill(pid, 'SIGKILL');
+  let gone = null;
+  try {
+    await a.waitForFunction((name) => !document.querySelector(`#nodes-body tr.node[data-node="${name}"]`),
+      { timeout: (TTL + 10) * 1000, polling: 50 }, NODE_B);
+    gone = (Date.now() - t0) / 1000;
+  } catch (_) { /* never */ }
+  ok(gone !== null && gone <= TTL + 2,
+    `${NODE_B} disappears from the page within TTL + 2 s of kill -9 (${gone === null ? 'never' : `${gone.toFixed(1)} s`}, TTL ${TTL} s)`);
+  diag(`${NODE_B} left the page ${gone === null ? 'never' : `${gone.toFixed(2)} s`} after kill -9`);
+  await check(`without a reload, and ${NODE_A} stays`, async () => {
+    const st = await a.evaluate((name) => ({ mark: window.__sameDocument, a: !!document.querySelector(`#nodes-body tr.node[data-node="${name}"]`) }), NODE_A);
+    return (st.mark === 'before-kill' && st.a) || JSON.stringify(st);
+  });
+  await check(`${NODE_A} is marked leader after that`, async () => {
+    await a.waitForSelector(`tr.node[data-node=${css(NODE_A)}] .leader-mark`, { timeout: (TTL + 6) * 1000 });
+  });
+  await check(`the page served by the dead ${NODE_B} says so in a banner and keeps its last data`, async () => {
+    await b.bringToFront();
+    await b.waitForFunction(() => {
+      const e = document.querySelector('#banner');
+      return e && !e.hidden && /unreachable/i.test(e.textContent);
+    }, { timeout: 10000 });
+    const rows = await b.$$eval('#jobs-body tr.job', (els) => els.length);
+    return rows >= 2 || `${rows} job rows left`;
+  });
+  await shot(b, 'dashboard-unreachable.png');
+  await a.bringToFront();
+  await sleep(500); // visible again: it polls at once
+  await shot(a, 'dashboard-after-kill.png');
+
+  ok(pageErrors.length === 0, 'no script error on either page', pageErrors.slice(0, 5).join('; '));
+  diag(`overview screenshot: ${overview}`);
+}
+
+main()
+  .catch((e) => { ok(false, 'the browser test ran to the end', e && e.stack ? e.stack : String(e)); })
+  .finally(() => {
+    if (process.env.TAP_COUNT_FILE) fs.writeFileSync(process.env.TAP_COUNT_FILE, String(count));
+    process.exitCode = failed > 0 ? 1 : 0;
+  });
