@@ -308,6 +308,7 @@ end
 local function apply_job(self, name, source, rev)
   local cur = self.jobs[name]
   if cur and cur.spec.revision == rev then return end
+  self.store_version = self.store_version + 1 -- (what GET /api/v1/jobs lists changed)
   local spec, err = jobmod.load(source, name, rev)
   if not spec then
     if self.bad[name] ~= rev then
@@ -371,6 +372,7 @@ end
 
 local function remove_job(self, name)
   if self.jobs[name] then log("info", "job removed", { job = name }) end
+  self.store_version = self.store_version + 1
   self.jobs[name] = nil
   self.metrics:forget("job_name", name)
   events.note(self, name, nil)
@@ -379,6 +381,7 @@ local function remove_job(self, name)
 end
 
 local function set_paused(self, name, paused)
+  if (self.paused[name] or false) ~= paused then self.store_version = self.store_version + 1 end
   self.paused[name] = paused or nil
   local j = self.jobs[name]
   if j and j.paused ~= paused then
@@ -656,7 +659,7 @@ function M.run(opts)
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
-    timetable = {}, policies = {}, bad_policies = {}, pending_seen = {},
+    timetable = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
     metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))

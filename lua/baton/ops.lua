@@ -128,11 +128,15 @@ local function runs(name, n)
 end
 
 -- A job's spec at revision rev: the caller's (spec_for(name, rev), the
--- node's loaded spec) or compiled from value (read at rev when value is
--- nil). Returns spec or nil, err.
+-- node's loaded spec, or nil, err for a version it knows does not load) or
+-- compiled from value (read at rev when value is nil). Returns spec or
+-- nil, err.
 local function spec_at(name, rev, value, spec_for)
-  local s = spec_for and spec_for(name, rev)
-  if s then return s end
+  if spec_for then
+    local s, serr = spec_for(name, rev)
+    if s then return s end
+    if serr then return nil, serr end
+  end
   if value == nil then
     local r, err = etcd():get(U.key("jobs", name), { revision = rev })
     local kv = r and r.kvs[1]
@@ -163,13 +167,14 @@ local function describe(name, kv, paused, status_list, spec_for)
     local ospec = spec_at(name, running, nil, spec_for)
     if ospec then spec, d.running_revision = ospec, running end
   end
+  local nf
   if spec then
     d.schedule, d.queue, d.timezone = spec.schedule, spec.queue, spec.timezone
     d.on = spec.on
-    local nf = job.next_fires(spec, 1)[1]
+    nf = job.next_fires(spec, 1)[1]
     if nf and not paused then d.next = U.rfc3339(nf, spec.cron) end
   end
-  return d, spec
+  return d, spec, not paused and nf or nil
 end
 
 -- {run=, state=, fire=, started=, finished=, node=, attempt=} of a record
@@ -205,65 +210,95 @@ local function last_fallback(names, last)
   return true
 end
 
--- list_jobs([opts]) --> array of job descriptions (`baton job ls --json`,
--- GET /api/v1/jobs): {name, revision, paused, broken, error?,
--- running_revision?, schedule?, queue?, timezone?, on?, next? (RFC 3339),
--- last? {run, state, fire, started, finished, node, attempt}}, by name.
--- opts.spec_for(name, revision) may return a spec already loaded at that
--- revision (the node's), so that only the other jobs are compiled; then the
--- sources themselves are not read either. One read of jobs, paused flags,
--- statuses and last runs at one revision.
-function M.list_jobs(opts)
+-- jobs_view([opts]) --> what list_jobs lists, read from etcd in one
+-- transaction (at one revision): {jobs = {{name, revision, value}, ...}
+-- (by name; without values when opts.keys_only), paused = {[name] = true},
+-- status = {[name] = {{node, error, running}, ...}}, last = {[name] =
+-- last run}}. The last run of a job comes from P last/<job>; for a job
+-- without one (records older than it, raw writes), from its newest record.
+function M.jobs_view(opts)
   opts = opts or {}
-  local spec_for = opts.spec_for
   local jpfx, ppfx, spfx, lpfx = U.key("jobs") .. "/", U.key("paused") .. "/", U.key("status") .. "/",
     U.key("last") .. "/"
   local r, err, code = etcd():txn { success = {
-    { get = { key = jpfx, prefix = true, sort = "key", order = "asc", keys_only = spec_for and true or nil } },
+    { get = { key = jpfx, prefix = true, sort = "key", order = "asc", keys_only = opts.keys_only or nil } },
     { get = { key = ppfx, prefix = true, keys_only = true } },
     { get = { key = spfx, prefix = true } },
     { get = { key = lpfx, prefix = true } },
   } }
   if not r then return nil, err, code end
-  local jkvs, pkvs, skvs, lkvs = r.responses[1].kvs, r.responses[2].kvs, r.responses[3].kvs, r.responses[4].kvs
-  local paused, status, last = {}, {}, {}
-  for _, kv in ipairs(pkvs) do paused[kv.key:sub(#ppfx + 1)] = true end
-  for _, kv in ipairs(skvs) do
+  local view = { jobs = {}, paused = {}, status = {}, last = {} }
+  for _, kv in ipairs(r.responses[2].kvs) do view.paused[kv.key:sub(#ppfx + 1)] = true end
+  for _, kv in ipairs(r.responses[3].kvs) do
     local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
     if jname then
       local v = decode_object(kv.value) or {}
-      status[jname] = status[jname] or {}
-      table.insert(status[jname], { node = node, error = field(v, "error"), running = field(v, "running") })
+      view.status[jname] = view.status[jname] or {}
+      table.insert(view.status[jname], { node = node, error = field(v, "error"), running = field(v, "running") })
     end
   end
   local has_last = {}
-  for _, kv in ipairs(lkvs) do
+  for _, kv in ipairs(r.responses[4].kvs) do
     local name = kv.key:sub(#lpfx + 1)
     has_last[name] = true
-    local v = decode_object(kv.value)
-    if v and type(field(v, "run")) == "string" then
-      v.key = v.run
-      last[name] = last_of(v)
-    end
+    view.last[name] = M.last_entry(kv.value)
   end
-  pkvs, skvs, lkvs, r = nil, nil, nil, nil
   local missing = {}
-  for _, kv in ipairs(jkvs) do
+  for _, kv in ipairs(r.responses[1].kvs) do
     local name = kv.key:sub(#jpfx + 1)
+    view.jobs[#view.jobs + 1] = { name = name, revision = kv.mod_revision,
+                                  value = not opts.keys_only and kv.value or nil }
     if not has_last[name] then missing[#missing + 1] = name end
   end
   if #missing > 0 then
-    local ok, ferr, fcode = last_fallback(missing, last)
+    local ok, ferr, fcode = M.last_fallback(missing, view.last)
     if not ok then return nil, ferr, fcode end
   end
-  local list = {}
-  for _, kv in ipairs(jkvs) do
-    local name = kv.key:sub(#jpfx + 1)
-    local d = describe(name, kv, paused[name], status[name], spec_for)
-    d.last = last[name]
-    list[#list + 1] = d
+  return view
+end
+
+-- A job's last run ({run, state, fire, started, finished, node, attempt})
+-- from the value of its P last/<job>; nil when it is not one.
+function M.last_entry(value)
+  local v = decode_object(value)
+  if not v or type(field(v, "run")) ~= "string" then return nil end
+  v.key = v.run
+  return last_of(v)
+end
+
+M.last_fallback = last_fallback
+
+-- list_jobs([opts]) --> array of job descriptions (`baton job ls --json`,
+-- GET /api/v1/jobs): {name, revision, paused, broken, error?,
+-- running_revision?, schedule?, queue?, timezone?, on?, next? (RFC 3339),
+-- last? {run, state, fire, started, finished, node, attempt}}, by name;
+-- and the soonest next instant among them (epoch seconds, or nil), after
+-- which the list says something else. opts.view: what to list (see
+-- jobs_view; default: read from etcd). opts.spec_for(name, revision) may
+-- return a spec already loaded at that revision (the node's), or nil, err
+-- for one it knows does not load, so that only the other jobs are
+-- compiled; then the sources themselves are not read either.
+-- opts.yield_every = n lets the loop run every n jobs.
+function M.list_jobs(opts)
+  opts = opts or {}
+  local spec_for = opts.spec_for
+  local view = opts.view
+  if not view then
+    local err, code
+    view, err, code = M.jobs_view { keys_only = spec_for ~= nil }
+    if not view then return nil, err, code end
   end
-  return json.array(list)
+  local list, soonest = {}, nil
+  local P, every = U.key("jobs") .. "/", opts.yield_every
+  for i, j in ipairs(view.jobs) do
+    local d, _, nf = describe(j.name, { key = P .. j.name, mod_revision = j.revision, value = j.value or "" },
+      view.paused[j.name], view.status[j.name], spec_for)
+    d.last = view.last[j.name]
+    list[i] = d
+    if nf and (not soonest or nf < soonest) then soonest = nf end
+    if every and i % every == 0 then baton.sleep(0) end
+  end
+  return json.array(list), soonest
 end
 
 -- show_job(name) --> `baton job show --json`: {name, key, revision,
@@ -314,25 +349,27 @@ function M.history(name, limit)
   return json.array(rs)
 end
 
--- recent_runs([limit]) --> the newest run records across all jobs, by
--- start time, newest first (default 20), each with job and key. Reads the
--- jobs' last runs (P last/), then the newest records of the jobs that ran
--- last, 64 jobs per request, until no job left can have a newer run. Jobs
--- with no last/ entry (records older than it) are not seen until they run
+-- recent_runs([limit [, opts]]) --> the newest run records across all
+-- jobs, by start time, newest first (default 20), each with job and key.
+-- Reads the jobs' last runs (P last/; opts.last = {[job] = last run} when
+-- the caller has them), then the newest records of the jobs that ran last,
+-- 64 jobs per request, until no job left can have a newer run. Jobs with
+-- no last/ entry (records older than it) are not seen until they run
 -- again.
-function M.recent_runs(limit)
+function M.recent_runs(limit, opts)
   limit = limit or 20
   local e = etcd()
-  local lpfx = U.key("last") .. "/"
-  local r, err, code = e:get(lpfx, { prefix = true })
-  if not r then return nil, err, code end
+  local last = opts and opts.last
+  if not last then
+    local lpfx = U.key("last") .. "/"
+    local r, err, code = e:get(lpfx, { prefix = true })
+    if not r then return nil, err, code end
+    last = {}
+    for _, kv in ipairs(r.kvs) do last[kv.key:sub(#lpfx + 1)] = M.last_entry(kv.value) end
+  end
   local jobs = {}
-  for _, kv in ipairs(r.kvs) do
-    local v = decode_object(kv.value)
-    if v and type(field(v, "run")) == "string" then
-      jobs[#jobs + 1] = { name = kv.key:sub(#lpfx + 1),
-                          t = tonumber(field(v, "started")) or tonumber(field(v, "fire")) or 0 }
-    end
+  for name, l in pairs(last) do
+    jobs[#jobs + 1] = { name = name, t = tonumber(l.started) or tonumber(l.fire) or 0 }
   end
   table.sort(jobs, function(a, b) if a.t ~= b.t then return a.t > b.t end return a.name < b.name end)
   local function t_of(rec)

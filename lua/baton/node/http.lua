@@ -16,6 +16,7 @@ local baton = require "baton"
 local ops = require "baton.ops"
 local runs = require "baton.node.runs"
 local U = require "baton.cli.util"
+local view = require "baton.node.view"
 
 local json = baton.json
 local format, concat, byte, char = string.format, table.concat, string.byte, string.char
@@ -141,29 +142,74 @@ local function revision_of(query)
   return tonumber(v)
 end
 
+-- The node's memory of the jobs, their statuses and last runs
+-- (node/view.lua), started on first use.
+local function the_view(self)
+  local h = self.http
+  h.view = h.view or view.new(self)
+  local ok, err = h.view:start()
+  if not ok then return nil, err end
+  return h.view
+end
+
+-- GET /api/v1/jobs reads no etcd key: the node's view, listed by
+-- baton.ops as job ls lists etcd. The body is kept until the job store, a
+-- status or a last run changes, or the soonest next instant passes; one
+-- request builds it at a time.
 function API.jobs(self)
-  local specs = self.jobs
-  return answer(200, ops.list_jobs { spec_for = function(name, rev)
-    local j = specs[name]
-    return j and j.spec.revision == rev and j.spec or nil
-  end })
+  local v, verr = the_view(self)
+  if not v then return 503, { error = verr, code = "EUNAVAILABLE" } end
+  local h = self.http
+  while h.jobs_building do baton.sleep(0.005) end
+  local stamp = self.store_version .. "/" .. v.version
+  local c = h.jobs_cache
+  if c and c.stamp == stamp and (not c.expires or baton.now() < c.expires) then return 200, c.body end
+  h.jobs_building = true
+  local ok, list, soonest, code = pcall(function()
+    local jv, err, ecode = v:jobs()
+    if not jv then return nil, err, ecode end
+    return ops.list_jobs { view = jv, spec_for = function(name, rev) return v:spec_for(name, rev) end,
+                           yield_every = 1000 }
+  end)
+  h.jobs_building = false
+  if not ok then error(list, 0) end
+  if not list then return fail_of(soonest, code) end
+  local body = json.encode(list)
+  h.jobs_cache = { stamp = stamp, expires = soonest, body = body }
+  return 200, body
 end
 
 function API.job_get(_, _, p) return answer(200, ops.show_job(p.name)) end
 
-function API.job_put(_, req, p, q)
+-- After a write through this node, waits (up to M.SETTLE s) until the
+-- node's job store shows it, so that a GET that follows lists it (GET
+-- /api/v1/jobs reads the node's memory, which its watch keeps).
+M.SETTLE = 2
+local function settle(done)
+  local deadline = baton.monotime() + M.SETTLE
+  while not done() and baton.monotime() < deadline do baton.sleep(0.005) end
+end
+
+function API.job_put(self, req, p, q)
   local rev, rerr = revision_of(q)
   if rev == false then return bad(rerr) end
   if req.body == "" then return bad("empty body: PUT the job's Lua source") end
   local r, err, code, extra = ops.put_job(p.name, req.body, { revision = rev })
   if not r then return fail_of(err, code, extra) end
+  settle(function()
+    local j = self.jobs[p.name]
+    return (j and j.spec.revision >= r.revision) or (self.bad[p.name] or 0) >= r.revision
+  end)
   return r.created and 201 or 200, r
 end
 
-function API.job_delete(_, _, p, q)
+function API.job_delete(self, _, p, q)
   local purge, perr = flag_of(q, "purge")
   if purge == nil then return bad(perr) end
-  return answer(200, ops.rm_job(p.name, { purge = purge }))
+  local r, err, code = ops.rm_job(p.name, { purge = purge })
+  if not r then return fail_of(err, code) end
+  settle(function() return not self.jobs[p.name] and not self.bad[p.name] end)
+  return 200, r
 end
 
 -- The JSON object of a request body (nil for an empty body), or nil, err.
@@ -196,8 +242,15 @@ function API.job_run(_, req, p)
   return answer(202, ops.run_job(p.name, { params = params, force = force }))
 end
 
-function API.job_pause(_, _, p) return answer(200, ops.pause_job(p.name)) end
-function API.job_resume(_, _, p) return answer(200, ops.resume_job(p.name)) end
+local function pause(self, name, paused)
+  local r, err, code = (paused and ops.pause_job or ops.resume_job)(name)
+  if not r then return fail_of(err, code) end
+  settle(function() return (self.paused[name] or false) == paused end)
+  return 200, r
+end
+
+function API.job_pause(self, _, p) return pause(self, p.name, true) end
+function API.job_resume(self, _, p) return pause(self, p.name, false) end
 
 function API.job_kill(_, req, p, q)
   if q.id == "" then return bad("id must not be empty") end
@@ -210,10 +263,12 @@ function API.job_runs(_, _, p, q)
   return answer(200, ops.history(p.name, n))
 end
 
-function API.runs(_, _, _, q)
+function API.runs(self, _, _, q)
   local n, lerr = limit_of(q, 20)
   if not n then return bad(lerr) end
-  return answer(200, ops.recent_runs(n))
+  local v, verr = the_view(self)
+  if not v then return 503, { error = verr, code = "EUNAVAILABLE" } end
+  return answer(200, ops.recent_runs(n, { last = v:last_runs() }))
 end
 
 function API.run_get(_, _, p, q)
@@ -520,6 +575,12 @@ function M.start(self, opts)
   }
   if not srv then return nil, err, code end
   h.server = srv
+  -- The first GET /api/v1/jobs would read every status and last run: do
+  -- it now, once the job store is listed.
+  self.go(function()
+    while not self.listed and not self.stopping do baton.sleep(0.1) end
+    if not self.stopping and h.server then API.jobs(self) end
+  end)
   return srv
 end
 
@@ -530,6 +591,7 @@ function M.stop(self)
     h.server:close()
     h.server = nil
   end
+  if h and h.view then h.view:close() end
 end
 
 return M
