@@ -7,8 +7,8 @@ BUILD    ?= build
 BIN      ?= bin/baton
 # libcurl is compiled against (its header) but not linked: http_curl.c
 # loads it with dlopen on the first https:// request.
-PKGS     := luajit libuv libcurl libcjson
-PKGS_LINK := luajit libuv libcjson
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd
+PKGS_LINK := luajit libuv libcjson libmicrohttpd
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type

@@ -1,0 +1,802 @@
+/*
+ * HTTP/1.1 server on a libuv loop (see httpd.h), glued to libmicrohttpd.
+ *
+ * The glue. MHD runs with MHD_USE_EPOLL and no thread of its own: every
+ * socket it serves sits in one epoll set, whose descriptor a uv_poll_t
+ * watches. kick() runs MHD (MHD_run: accept, read, parse, call us, write,
+ * close timed-out connections) and re-arms one uv_timer_t for MHD's next
+ * deadline. The poll's and the timer's callbacks both call kick(); nothing
+ * else does, so MHD never runs inside itself or inside Lua: an answer that
+ * resumes a suspended connection schedules a kick on the next loop turn
+ * (the timer at 0 ms).
+ *
+ * A request. We bind the listening socket ourselves (exact bind errors, port
+ * 0) and give it to MHD. MHD calls on_uri with the raw request target before
+ * it parses or percent-decodes anything: that is where a request (req_t)
+ * is made and the path split from the query; the unescape callback is a
+ * no-op so MHD's own copy stays raw too. on_access is then called for the
+ * headers, for each piece of body, and once more at the end of the body:
+ * there the request is handed to on_request and, unless it was answered
+ * at once, its connection suspended. bt_httpd_respond builds the MHD
+ * response, resumes the connection and kicks; MHD calls on_access again,
+ * which queues the response. MHD calls on_completed when it is done with
+ * the request (sent, failed, timed out, or the daemon stopped).
+ *
+ * Ownership. A request has two owners: MHD (from on_uri to on_completed;
+ * conn is non-NULL meanwhile) and the caller (from on_request to
+ * bt_httpd_respond; user is set). It is freed when both have let go, so an
+ * answer to a client that left, or after the server stopped, finds the
+ * request still there and drops the answer.
+ *
+ * Closing. bt_httpd_close stops listening at once, then waits until every
+ * request handed out has been answered and written (ndispatched == 0), at
+ * most the drain time, and only then stops MHD: MHD_stop_daemon aborts if
+ * a connection is still suspended, so those left are resumed first. The
+ * uv handles are closed before MHD closes its epoll descriptor, and the
+ * server is freed in the last handle's close callback.
+ */
+#include "httpd.h"
+#include "err.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_CONNS 4096
+#define FD_MARGIN 1024              /* descriptors kept for everything else */
+#define DRAIN_NO_TIMEOUT_MS 10000   /* drain limit when there is no timeout */
+#define DISCARD_MAX ((size_t) 1 << 20)  /* chunked bytes dropped past the limit
+                                       before hanging up instead of 413 */
+#define MAX_TIMER_MS ((MHD_UNSIGNED_LONG_LONG) 1 << 31)
+#define SPIN_MAX_MS 50
+
+enum {
+  ST_NEW,       /* headers parsed, on_access not called yet */
+  ST_BODY,      /* taking the body */
+  ST_TOOBIG,    /* body over max_body: dropping the rest, then 413 */
+  ST_USER,      /* handed to on_request; answer pending or ready */
+  ST_DONE       /* a response is queued */
+};
+
+struct bt_httpd_req_s {
+  bt_httpd_t *srv;              /* NULL once the server stopped */
+  struct MHD_Connection *conn;  /* NULL once MHD is done with it */
+  bt_httpd_req_t *prev, *next;  /* srv->reqs: the requests MHD has */
+  int state;
+  unsigned user : 1;            /* on_request has it; no answer yet */
+  unsigned dispatched : 1;      /* counted in srv->ndispatched */
+  unsigned in_request : 1;      /* on_request is running */
+  unsigned suspended : 1;
+  unsigned failed : 1;          /* no response could be made: hang up */
+  struct MHD_Response *resp;    /* the answer, until queued */
+  unsigned status;
+  char *method;
+  char *body;
+  size_t body_len, body_cap, discarded;
+  size_t path_len;              /* target[path_len] is the NUL put at '?' */
+  const char *query;
+  char remote[64];
+  char target[];                /* the raw request target */
+};
+
+struct bt_httpd_s {
+  uv_loop_t *loop;
+  struct MHD_Daemon *d;         /* NULL once stopped */
+  uv_poll_t poll;               /* MHD's epoll descriptor */
+  uv_timer_t timer;             /* MHD's next deadline, or a deferred kick */
+  uv_timer_t drain;             /* the closing deadline */
+  int nhandles;                 /* open uv handles; freed at 0 once stopped */
+  int in_run;                   /* inside MHD_run */
+  uint64_t spin_ms;             /* back-off of "run again at once" */
+  int closing, stopped;
+  int ndispatched;              /* handed to on_request, not completed */
+  bt_httpd_req_t *reqs;
+  size_t max_body;
+  unsigned timeout_secs;
+  bt_httpd_request_cb on_request;
+  bt_httpd_log_cb on_log;
+  void *arg;
+  char *start_err;              /* while starting: MHD's last complaint */
+  size_t start_err_len;
+  int port;
+  char addr[64];
+};
+
+static void kick(bt_httpd_t *s);
+static void stop(bt_httpd_t *s);
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void req_free(bt_httpd_req_t *r) {
+  if (r->resp) MHD_destroy_response(r->resp);
+  free(r->method);
+  free(r->body);
+  free(r);
+}
+
+/* Formats a socket address as "1.2.3.4:80" or "[::1]:80"; an IPv4 client
+ * of a dual-stack socket is shown as IPv4. */
+static void format_addr(const struct sockaddr *sa, char *out, size_t len) {
+  char ip[INET6_ADDRSTRLEN];
+  if (sa && sa->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *) sa;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+    snprintf(out, len, "%s:%u", ip, (unsigned) ntohs(a->sin_port));
+  } else if (sa && sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *) sa;
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], ip, sizeof(ip));
+      snprintf(out, len, "%s:%u", ip, (unsigned) ntohs(a->sin6_port));
+    } else {
+      inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+      snprintf(out, len, "[%s]:%u", ip, (unsigned) ntohs(a->sin6_port));
+    }
+  } else {
+    snprintf(out, len, "unknown");
+  }
+}
+
+/* A response with body and headers (NULL-terminated name, value pairs),
+ * all copied (Content-Length, Transfer-Encoding and empty values left
+ * out); NULL with *err set when MHD refuses a header (BT_EINVAL) or
+ * memory runs out (BT_ENOMEM). */
+static struct MHD_Response *make_response(const char *const *headers,
+                                          const char *body, size_t len,
+                                          int *err) {
+  struct MHD_Response *resp;
+  resp = MHD_create_response_from_buffer(len, (void *) (body ? body : ""),
+                                         MHD_RESPMEM_MUST_COPY);
+  if (!resp) {
+    *err = BT_ENOMEM;
+    return NULL;
+  }
+  for (; headers && headers[0] && headers[1]; headers += 2) {
+    /* MHD frames the body itself and cannot send an empty value */
+    if (!strcasecmp(headers[0], MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+        !strcasecmp(headers[0], MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
+        !headers[1][0])
+      continue;
+    if (MHD_add_response_header(resp, headers[0], headers[1]) != MHD_YES) {
+      MHD_destroy_response(resp);
+      *err = BT_EINVAL;
+      return NULL;
+    }
+  }
+  return resp;
+}
+
+/* Queues a JSON error answer of the server's own (413, 500, 503) and
+ * closes the connection after it when hangup is set. */
+static enum MHD_Result answer_json(bt_httpd_req_t *r, unsigned status,
+                                   const char *json, int hangup) {
+  static const char *const hdrs[] = {
+    "Content-Type", "application/json", NULL
+  };
+  static const char *const hdrs_close[] = {
+    "Content-Type", "application/json", "Connection", "close", NULL
+  };
+  struct MHD_Response *resp;
+  enum MHD_Result ret;
+  int err;
+  resp = make_response(hangup ? hdrs_close : hdrs, json, strlen(json), &err);
+  if (!resp) return MHD_NO;
+  ret = MHD_queue_response(r->conn, status, resp);
+  MHD_destroy_response(resp);
+  r->state = ST_DONE;
+  return ret;
+}
+
+static enum MHD_Result answer_too_large(bt_httpd_req_t *r) {
+  char json[128];
+  snprintf(json, sizeof(json),
+           "{\"error\":\"request body over %zu bytes\",\"code\":\"ETOOLARGE\"}",
+           r->srv->max_body);
+  return answer_json(r, MHD_HTTP_CONTENT_TOO_LARGE, json, 1);
+}
+
+static enum MHD_Result answer_closing(bt_httpd_req_t *r) {
+  return answer_json(r, MHD_HTTP_SERVICE_UNAVAILABLE,
+                     "{\"error\":\"server is shutting down\","
+                     "\"code\":\"EUNAVAIL\"}", 1);
+}
+
+/* ---- MHD's callbacks ---------------------------------------------------- */
+
+/* MHD's error log: to on_log, or kept as the reason while starting. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+  bt_httpd_t *s = cls;
+  char line[512];
+  size_t n;
+  vsnprintf(line, sizeof(line), fmt, ap);
+  n = strlen(line);
+  while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' ||
+                   line[n - 1] == ' ' || line[n - 1] == '.'))
+    line[--n] = '\0';
+  if (s->start_err) {
+    snprintf(s->start_err, s->start_err_len, "%s", line);
+    return;
+  }
+  if (s->on_log) s->on_log(line, s->arg);
+}
+
+/* Nothing is percent-decoded: paths reach the caller as sent. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
+  return strlen(s);
+}
+
+/* A request line was read: make the request from its raw target. Its
+ * return value is MHD's *con_cls for this request (NULL when out of
+ * memory: on_access then hangs up). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  bt_httpd_t *s = cls;
+  size_t n = strlen(uri);
+  bt_httpd_req_t *r = calloc(1, sizeof(*r) + n + 1);
+  char *q;
+  if (!r) return NULL;
+  memcpy(r->target, uri, n + 1);
+  q = strchr(r->target, '?');
+  if (q) {
+    *q = '\0';
+    r->path_len = (size_t) (q - r->target);
+    r->query = q + 1;
+  } else {
+    r->path_len = n;
+    r->query = r->target + n;
+  }
+  r->srv = s;
+  r->conn = conn;
+  r->state = ST_NEW;
+  r->next = s->reqs;
+  if (s->reqs) s->reqs->prev = r;
+  s->reqs = r;
+  return r;
+}
+
+/* True when the Content-Length value is over max (or not a number MHD
+ * would have let through, which cannot happen: MHD answers 400 itself). */
+static int length_over(const char *v, size_t max) {
+  uint64_t n = 0;
+  for (; *v == ' ' || *v == '\t'; v++) {}
+  for (; *v >= '0' && *v <= '9'; v++) {
+    if (n > (UINT64_MAX - 9) / 10) return 1;
+    n = n * 10 + (uint64_t) (*v - '0');
+  }
+  return n > (uint64_t) max;
+}
+
+/* One piece of body: kept while under max_body, dropped after. */
+static enum MHD_Result take_body(bt_httpd_req_t *r, const char *data,
+                                 size_t *size) {
+  size_t n = *size, max = r->srv->max_body;
+  *size = 0;
+  if (r->state == ST_TOOBIG) {
+    r->discarded += n;
+    return r->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
+  }
+  if (n > max - r->body_len) {
+    r->state = ST_TOOBIG;
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    r->discarded = n;
+    return MHD_YES;
+  }
+  if (r->body_len + n > r->body_cap) {
+    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
+    char *p;
+    if (cap < r->body_len + n) cap = r->body_len + n;
+    if (cap > max) cap = max;
+    p = realloc(r->body, cap);
+    if (!p) return MHD_NO;
+    r->body = p;
+    r->body_cap = cap;
+  }
+  memcpy(r->body + r->body_len, data, n);
+  r->body_len += n;
+  return MHD_YES;
+}
+
+/* Queues the caller's answer (MHD_NO, closing the connection, when none
+ * could be made). */
+static enum MHD_Result queue_answer(bt_httpd_req_t *r) {
+  enum MHD_Result ret;
+  if (r->failed || !r->resp) return MHD_NO;
+  ret = MHD_queue_response(r->conn, r->status, r->resp);
+  MHD_destroy_response(r->resp);
+  r->resp = NULL;
+  r->state = ST_DONE;
+  return ret;
+}
+
+/* The whole request is in: hand it to on_request, then queue its answer
+ * if it came at once, else suspend the connection until it comes. */
+static enum MHD_Result dispatch(bt_httpd_req_t *r, const char *method) {
+  bt_httpd_t *s = r->srv;
+  const union MHD_ConnectionInfo *ci;
+  r->method = strdup(method);
+  if (!r->method) return MHD_NO;
+  ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  format_addr(ci ? ci->client_addr : NULL, r->remote, sizeof(r->remote));
+  r->state = ST_USER;
+  r->user = 1;
+  r->dispatched = 1;
+  s->ndispatched++;
+  r->in_request = 1;
+  s->on_request(r, s->arg);
+  r->in_request = 0;
+  if (r->resp || r->failed) return queue_answer(r);
+  MHD_suspend_connection(r->conn);
+  r->suspended = 1;
+  return MHD_YES;
+}
+
+/* MHD's access handler: called once the headers are in, once per piece of
+ * body, once at the end of the body, and again after each resume. */
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn,
+                                 const char *url, const char *method,
+                                 const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls) {
+  bt_httpd_t *s = cls;
+  bt_httpd_req_t *r = *con_cls;
+  const char *cl;
+
+  if (!r) return MHD_NO;
+  switch (r->state) {
+  case ST_NEW:
+    r->state = ST_BODY;
+    if (s->closing) return answer_closing(r);
+    cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    /* 413 before reading any of the body; MHD then closes. */
+    if (cl && length_over(cl, s->max_body)) return answer_too_large(r);
+    return MHD_YES;
+  case ST_BODY:
+  case ST_TOOBIG:
+    if (*upload_data_size) return take_body(r, upload_data, upload_data_size);
+    if (r->state == ST_TOOBIG) return answer_too_large(r);
+    if (s->closing) return answer_closing(r);
+    return dispatch(r, method);
+  case ST_USER:
+    if (r->resp || r->failed) return queue_answer(r);
+    MHD_suspend_connection(conn);
+    r->suspended = 1;
+    return MHD_YES;
+  default:
+    return MHD_YES;
+  }
+}
+
+/* MHD is done with a request (answered, failed, timed out, or stopped). */
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **con_cls, enum MHD_RequestTerminationCode toe) {
+  bt_httpd_t *s = cls;
+  bt_httpd_req_t *r = *con_cls;
+  if (!r) return;
+  *con_cls = NULL;
+  if (r->prev) r->prev->next = r->next;
+  else s->reqs = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+  r->conn = NULL;
+  if (r->resp) {
+    MHD_destroy_response(r->resp);
+    r->resp = NULL;
+  }
+  if (r->dispatched) {
+    r->dispatched = 0;
+    s->ndispatched--;
+  }
+  if (r->user) {
+    r->srv = NULL;    /* the caller's respond frees it */
+    return;
+  }
+  req_free(r);
+}
+
+/* ---- the loop side ------------------------------------------------------ */
+
+static void on_handle_closed(uv_handle_t *h) {
+  bt_httpd_t *s = h->data;
+  if (--s->nhandles == 0) free(s);
+}
+
+static void on_timer(uv_timer_t *t) {
+  kick(t->data);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+  bt_httpd_t *s = p->data;
+  s->spin_ms = 0;
+  if (status < 0 && s->on_log) {
+    char line[128];
+    snprintf(line, sizeof(line), "epoll descriptor: %s", uv_strerror(status));
+    s->on_log(line, s->arg);
+  }
+  kick(s);
+}
+
+static void on_drain(uv_timer_t *t) {
+  stop(t->data);
+}
+
+/* Runs MHD until it has nothing to do now, then re-arms the timer for its
+ * next deadline; once closing and drained, stops the server. */
+static void kick(bt_httpd_t *s) {
+  MHD_UNSIGNED_LONG_LONG ms;
+  if (!s->d) return;
+  s->in_run++;
+  MHD_run(s->d);
+  s->in_run--;
+  if (s->closing && s->ndispatched == 0) {
+    stop(s);
+    return;
+  }
+  if (MHD_get_timeout(s->d, &ms) != MHD_YES) {
+    uv_timer_stop(&s->timer);
+    return;
+  }
+  /* "Run again at once", said again and again, is backed off: MHD 0.9.75
+   * says it for as long as a TLS handshake waits for the client (the
+   * connection stays marked ready), which would spin the CPU and, with a
+   * re-armed 0 ms timer, starve the loop (libuv 1.44 runs such a timer
+   * again in the same pass). New I/O on MHD's sockets wakes the poll
+   * anyway, and resets the back-off. */
+  if (ms == 0) {
+    ms = s->spin_ms;
+    s->spin_ms = s->spin_ms ? s->spin_ms * 2 : 1;
+    if (s->spin_ms > SPIN_MAX_MS) s->spin_ms = SPIN_MAX_MS;
+  } else {
+    s->spin_ms = 0;
+  }
+  uv_timer_start(&s->timer, on_timer, ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms,
+                 0);
+}
+
+/* A kick on the next loop turn (from outside MHD's callbacks' reach). */
+static void schedule_kick(bt_httpd_t *s) {
+  if (!s || !s->d) return;
+  s->spin_ms = 0;
+  uv_timer_start(&s->timer, on_timer, 0, 0);
+}
+
+/* Stops MHD and closes the handles; the last close callback frees s. */
+static void stop(bt_httpd_t *s) {
+  bt_httpd_req_t *r;
+  if (s->stopped) return;
+  s->stopped = 1;
+  /* libuv forgets the epoll descriptor before MHD closes it. */
+  uv_close((uv_handle_t *) &s->poll, on_handle_closed);
+  uv_close((uv_handle_t *) &s->timer, on_handle_closed);
+  uv_close((uv_handle_t *) &s->drain, on_handle_closed);
+  for (r = s->reqs; r; r = r->next)
+    if (r->suspended) {
+      r->suspended = 0;
+      MHD_resume_connection(r->conn);
+    }
+  /* on_completed runs for every request left: the unanswered ones are
+   * detached for their respond. */
+  MHD_stop_daemon(s->d);
+  s->d = NULL;
+}
+
+/* ---- binding the socket ------------------------------------------------- */
+
+/* Parses "HOST:PORT", "[IPV6]:PORT" or ":PORT" into ss; *any is set for
+ * ":PORT". Returns 0 or BT_EINVAL. */
+static int parse_addr(const char *addr, struct sockaddr_storage *ss,
+                      int *any) {
+  char host[INET6_ADDRSTRLEN + 2];
+  const char *colon, *p;
+  unsigned long port = 0;
+  size_t hl;
+
+  memset(ss, 0, sizeof(*ss));
+  *any = 0;
+  if (!addr) return BT_EINVAL;
+  colon = strrchr(addr, ':');
+  if (!colon || !colon[1] || strlen(colon + 1) > 5) return BT_EINVAL;
+  for (p = colon + 1; *p; p++) {
+    if (*p < '0' || *p > '9') return BT_EINVAL;
+    port = port * 10 + (unsigned long) (*p - '0');
+  }
+  if (port > 65535) return BT_EINVAL;
+  hl = (size_t) (colon - addr);
+  if (hl == 0) {
+    *any = 1;
+    ((struct sockaddr_in6 *) ss)->sin6_family = AF_INET6;
+    ((struct sockaddr_in6 *) ss)->sin6_port = htons((uint16_t) port);
+    ((struct sockaddr_in6 *) ss)->sin6_addr = in6addr_any;
+    return 0;
+  }
+  if (addr[0] == '[') {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *) ss;
+    if (hl < 3 || addr[hl - 1] != ']' || hl - 2 >= sizeof(host))
+      return BT_EINVAL;
+    memcpy(host, addr + 1, hl - 2);
+    host[hl - 2] = '\0';
+    if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1) return BT_EINVAL;
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons((uint16_t) port);
+    return 0;
+  }
+  {
+    struct sockaddr_in *a = (struct sockaddr_in *) ss;
+    if (hl >= sizeof(host)) return BT_EINVAL;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    if (!strcmp(host, "localhost")) strcpy(host, "127.0.0.1");
+    if (inet_pton(AF_INET, host, &a->sin_addr) != 1) return BT_EINVAL;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t) port);
+    return 0;
+  }
+}
+
+/* A non-blocking listening socket bound to ss ("::" dual-stack for any,
+ * 0.0.0.0 where IPv6 is off). Returns the descriptor or a negative UV
+ * code. */
+static int listen_on(struct sockaddr_storage *ss, int any) {
+  int fd, on = 1, off = 0, err;
+  socklen_t len;
+  fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 && any && errno == EAFNOSUPPORT) {
+    uint16_t port = ((struct sockaddr_in6 *) ss)->sin6_port;
+    struct sockaddr_in *a = (struct sockaddr_in *) ss;
+    memset(ss, 0, sizeof(*ss));
+    a->sin_family = AF_INET;
+    a->sin_port = port;
+    a->sin_addr.s_addr = htonl(INADDR_ANY);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  }
+  if (fd < 0) return -errno;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  if (ss->ss_family == AF_INET6)
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, any ? &off : &on, sizeof(on));
+  len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                  : sizeof(struct sockaddr_in);
+  if (bind(fd, (struct sockaddr *) ss, len) || listen(fd, SOMAXCONN)) {
+    err = -errno;
+    close(fd);
+    return err;
+  }
+  return fd;
+}
+
+/* Lets the process open max_conns connections and FD_MARGIN more files:
+ * raises the soft limit, within the hard one. Says so when it cannot. */
+static void raise_nofile(bt_httpd_t *s, unsigned max_conns) {
+  struct rlimit rl;
+  rlim_t need = (rlim_t) max_conns + FD_MARGIN;
+  if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+      rl.rlim_cur >= need)
+    return;
+  rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need)
+                  ? need : rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < need && s->on_log) {
+    char line[160];
+    snprintf(line, sizeof(line), "open files limited to %lu (hard limit): "
+             "fewer than max_connections %u + %d",
+             (unsigned long) rl.rlim_cur, max_conns, FD_MARGIN);
+    s->on_log(line, s->arg);
+  }
+}
+
+int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
+                    bt_httpd_t **out, char *msg, size_t msglen) {
+  struct sockaddr_storage ss;
+  struct MHD_OptionItem ops[12];
+  const union MHD_DaemonInfo *di;
+  unsigned max_conns = o->max_connections ? o->max_connections
+                                          : DEFAULT_MAX_CONNS;
+  unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  char why[512] = "";
+  socklen_t len = sizeof(ss);
+  bt_httpd_t *s;
+  int any, fd, n = 0, rc;
+
+  *out = NULL;
+  if (parse_addr(o->addr, &ss, &any)) {
+    snprintf(msg, msglen, "%s: expected HOST:PORT, [IPV6]:PORT or :PORT "
+             "(HOST an IP address or localhost)", o->addr ? o->addr : "");
+    return BT_EINVAL;
+  }
+  if (!o->cert != !o->key) {
+    snprintf(msg, msglen, "%s: cert and key go together", o->addr);
+    return BT_EINVAL;
+  }
+  if (o->cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    snprintf(msg, msglen, "%s: this libmicrohttpd has no TLS", o->addr);
+    return BT_ENOTSUP;
+  }
+  s = calloc(1, sizeof(*s));
+  if (!s) {
+    snprintf(msg, msglen, "%s: %s", o->addr, bt_strerror(BT_ENOMEM));
+    return BT_ENOMEM;
+  }
+  s->loop = loop;
+  s->max_body = o->max_body;
+  s->timeout_secs = o->timeout_secs;
+  s->on_request = o->on_request;
+  s->on_log = o->on_log;
+  s->arg = o->arg;
+
+  fd = listen_on(&ss, any);
+  if (fd < 0) {
+    snprintf(msg, msglen, "%s: %s", o->addr, uv_strerror(fd));
+    free(s);
+    return fd;
+  }
+  if (getsockname(fd, (struct sockaddr *) &ss, &len) == 0) {
+    format_addr((struct sockaddr *) &ss, s->addr, sizeof(s->addr));
+    s->port = ntohs(ss.ss_family == AF_INET6
+                      ? ((struct sockaddr_in6 *) &ss)->sin6_port
+                      : ((struct sockaddr_in *) &ss)->sin_port);
+  }
+  if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+  raise_nofile(s, max_conns);
+
+  /* the logger first, so that it hears start-up complaints */
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_EXTERNAL_LOGGER, (intptr_t) on_mhd_log, s};
+  ops[n++] = (struct MHD_OptionItem) {MHD_OPTION_LISTEN_SOCKET, fd, NULL};
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_URI_LOG_CALLBACK, (intptr_t) on_uri, s};
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t) no_unescape, s};
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) on_completed, s};
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t) o->timeout_secs, NULL};
+  ops[n++] = (struct MHD_OptionItem) {
+    MHD_OPTION_CONNECTION_LIMIT, (intptr_t) max_conns, NULL};
+  if (o->cert) {
+    flags |= MHD_USE_TLS;
+    ops[n++] = (struct MHD_OptionItem) {
+      MHD_OPTION_HTTPS_MEM_KEY, 0, (void *) o->key};
+    ops[n++] = (struct MHD_OptionItem) {
+      MHD_OPTION_HTTPS_MEM_CERT, 0, (void *) o->cert};
+  }
+  ops[n] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};
+
+  s->start_err = why;
+  s->start_err_len = sizeof(why);
+  s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
+                          MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+  s->start_err = NULL;
+  if (!s->d) {
+    /* MHD closes the socket on some of its failure paths, not all. */
+    if (fcntl(fd, F_GETFD) != -1) close(fd);
+    rc = o->cert ? BT_ETLS : BT_EIO;
+    snprintf(msg, msglen, "%s: %s%s%s", o->addr,
+             o->cert ? "cannot start HTTPS" : "cannot start the server",
+             why[0] ? ": " : "", why);
+    free(s);
+    return rc;
+  }
+  di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+  if (!di || (rc = uv_poll_init(loop, &s->poll, di->epoll_fd))) {
+    MHD_stop_daemon(s->d);
+    snprintf(msg, msglen, "%s: cannot watch the server's epoll descriptor",
+             o->addr);
+    free(s);
+    return BT_EIO;
+  }
+  uv_timer_init(loop, &s->timer);
+  uv_timer_init(loop, &s->drain);
+  s->poll.data = s->timer.data = s->drain.data = s;
+  s->nhandles = 3;
+  uv_poll_start(&s->poll, UV_READABLE, on_poll);
+  schedule_kick(s);
+  *out = s;
+  return 0;
+}
+
+int bt_httpd_port(const bt_httpd_t *s) { return s->port; }
+const char *bt_httpd_addr(const bt_httpd_t *s) { return s->addr; }
+
+void bt_httpd_close(bt_httpd_t *s) {
+  MHD_socket lfd;
+  if (s->closing) return;
+  s->closing = 1;
+  lfd = MHD_quiesce_daemon(s->d);
+  if (lfd != MHD_INVALID_SOCKET) close(lfd);
+  if (s->ndispatched == 0 && !s->in_run) {
+    stop(s);
+    return;
+  }
+  uv_timer_start(&s->drain, on_drain,
+                 s->timeout_secs ? (uint64_t) s->timeout_secs * 1000
+                                 : DRAIN_NO_TIMEOUT_MS, 0);
+  schedule_kick(s);
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+const char *bt_httpd_req_method(const bt_httpd_req_t *r) {
+  return r->method;
+}
+
+const char *bt_httpd_req_path(const bt_httpd_req_t *r, size_t *len) {
+  if (len) *len = r->path_len;
+  return r->target;
+}
+
+const char *bt_httpd_req_query(const bt_httpd_req_t *r, size_t *len) {
+  if (len) *len = strlen(r->query);
+  return r->query;
+}
+
+const char *bt_httpd_req_body(const bt_httpd_req_t *r, size_t *len) {
+  if (len) *len = r->body_len;
+  return r->body ? r->body : "";
+}
+
+const char *bt_httpd_req_remote(const bt_httpd_req_t *r) {
+  return r->remote;
+}
+
+typedef struct {
+  bt_httpd_header_cb cb;
+  void *arg;
+} hiter_t;
+
+static enum MHD_Result header_iter(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+  hiter_t *it = cls;
+  it->cb(key, key_size, value ? value : "", value ? value_size : 0, it->arg);
+  return MHD_YES;
+}
+
+void bt_httpd_req_headers(const bt_httpd_req_t *r, bt_httpd_header_cb cb,
+                          void *arg) {
+  hiter_t it = {cb, arg};
+  if (!r->conn) return;
+  MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, header_iter, &it);
+}
+
+int bt_httpd_respond(bt_httpd_req_t *r, int status,
+                     const char *const *headers, const char *body,
+                     size_t len) {
+  static const char *const json[] = {
+    "Content-Type", "application/json", NULL
+  };
+  static const char internal[] =
+    "{\"error\":\"internal error\",\"code\":\"EINTERNAL\"}";
+  int rc = 0;
+
+  r->user = 0;
+  if (!r->conn) {
+    /* MHD is done with it (the server stopped): drop the answer */
+    req_free(r);
+    return 0;
+  }
+  if (status < 100 || status > 999) rc = BT_EINVAL;
+  else r->resp = make_response(headers, body, len, &rc);
+  if (!r->resp && rc == BT_EINVAL) {
+    status = 500;
+    r->resp = make_response(json, internal, sizeof(internal) - 1, &rc);
+    if (!r->resp) rc = BT_ENOMEM;
+    else rc = BT_EINVAL;
+  }
+  if (!r->resp) r->failed = 1;
+  r->status = (unsigned) status;
+  if (r->suspended) {
+    r->suspended = 0;
+    MHD_resume_connection(r->conn);
+    schedule_kick(r->srv);
+  }
+  return rc;
+}
