@@ -10,6 +10,11 @@
 #      run is made again on another node once the dead node's lease expires
 #   4. a queue: orders pushed with `baton queue push`, each processed once
 #
+# Each node serves its HTTP face on a free loopback port (baton node --http):
+# the dashboard, /metrics and the API; the URLs are printed once the nodes
+# are up. node-1 has a token file, so its dashboard can run, pause and
+# resume jobs (the printed URL carries the token once).
+#
 # then keeps showing events until Ctrl-C. Everything (nodes, etcd, the
 # temporary directory with etcd's data and the node logs) is stopped and
 # removed on Ctrl-C, SIGTERM, or after DEMO_DURATION seconds if that is set
@@ -38,7 +43,7 @@ note() { printf '   %s\n' "$@"; }
 indent() { sed 's/^/     /'; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/baton-demo.XXXXXX")
-declare -A pid_of=()
+declare -A pid_of=() port_of=()
 orphans=()
 tail_pid="" awk_pid="" eps=""
 start=$SECONDS
@@ -112,14 +117,31 @@ log_of() { printf '%s/%s.log' "$tmp" "$1"; }
 # epoch milliseconds of a log line's ts= field
 ts_ms() { date -d "$(sed -n 's/^ts=\([^ ]*\).*/\1/p' <<<"$1")" +%s%3N; }
 
+# A loopback port nothing listens on, not given to another node of the
+# demo, in 20000-32767 (below Linux's ephemeral ports, which outgoing
+# connections take).
+free_port() {
+  local p q taken
+  while :; do
+    p=$((20000 + RANDOM % 12768))
+    taken=0
+    for q in "${port_of[@]}"; do [ "$q" = "$p" ] && taken=1; done
+    [ "$taken" = 0 ] && ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && { echo "$p"; return; }
+  done
+}
+
 start_node() { # NAME
-  local name=$1
+  local name=$1 extra=()
+  # A node keeps its port when it restarts (the failover scene).
+  [ -n "${port_of[$name]:-}" ] || port_of[$name]=$(free_port)
+  [ "$name" = "${NODES[0]}" ] && extra=(--http-token-file "$tmp/http-token")
   # setsid: Ctrl-C in the terminal reaches this script only, which then
   # stops the nodes in order (before etcd, so that they can deregister).
   setsid "$BATON" --endpoints "$eps" --prefix "$P" node --name "$name" --ttl "$TTL" \
-    </dev/null >>"$(log_of "$name")" 2>&1 &
+    --http "127.0.0.1:${port_of[$name]}" "${extra[@]}" </dev/null >>"$(log_of "$name")" 2>&1 &
   pid_of[$name]=$!
 }
+url_of() { printf 'http://127.0.0.1:%s/' "${port_of[$1]}"; }
 
 # ------------------------------------------------------------------ setup --
 
@@ -137,11 +159,26 @@ tail_pid=$!
 setsid awk $awk_opts -v quiet='^(tick|order-worker)$' -f "$NARRATE" <"$tmp/events" &
 awk_pid=$!
 
-note "starting ${NODES[*]}: bin/baton node --name NAME --ttl $TTL --prefix $P"
+note "starting ${NODES[*]}: bin/baton node --name NAME --ttl $TTL --prefix $P --http 127.0.0.1:PORT"
+# The token that lets node-1's dashboard and API run, pause and resume jobs.
+(umask 077 && od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$tmp/http-token" && echo >>"$tmp/http-token")
 for name in "${NODES[@]}"; do start_node "$name"; done
 registered() { [ "$(b nodes 2>/dev/null | grep -c '^node-')" = "${#NODES[@]}" ]; }
 wait_for 10 registered ||
   { echo "demo: the nodes did not register; see $tmp/node-*.log" >&2; exit_rc=1; exit 1; }
+
+first=${NODES[0]}
+others=() metrics=()
+for name in "${NODES[@]}"; do
+  metrics+=("$(url_of "$name")metrics")
+  [ "$name" = "$first" ] || others+=("$(url_of "$name")")
+done
+say "Watch it in a browser: each node serves the dashboard, /metrics and the API (baton node --http)"
+note "dashboard  $(url_of "$first")#token=$(head -n 1 "$tmp/http-token")" \
+  "           ($first has --http-token-file: Run now, Pause and Resume work there;" \
+  "            read-only on ${others[*]})" \
+  "metrics    ${metrics[*]}" \
+  "API        curl $(url_of "$first")api/v1/jobs   (every route: docs/api.md)"
 
 mkdir -p "$tmp/jobs"
 cat >"$tmp/jobs/tick.lua" <<'EOF'
@@ -272,7 +309,7 @@ b eval "$root/examples/order-queue/report.lua" 12 | indent
 
 # ------------------------------------------------------------ keep watching --
 
-say "That's the tour. Events keep coming until Ctrl-C; in another terminal, try:"
+say "That's the tour. Events keep coming until Ctrl-C; open $(url_of "$first") or, in another terminal, try:"
 note "export BATON_ENDPOINTS=$eps BATON_PREFIX=$P" \
   "$BATON job ls" \
   "$BATON job history nightly-backup" \

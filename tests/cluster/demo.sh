@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo, cut short: tools/demo.sh with DEMO_DURATION=20 exits 0 by
-# itself, its narration shows runs on the nodes, and it leaves nothing
-# behind: no etcd or baton process of its own, no temporary directory.
+# itself, the dashboard URL it prints answers (with a token the node takes),
+# its narration shows runs on the nodes, and it leaves nothing behind: no
+# etcd or baton process of its own, no temporary directory.
 set -uo pipefail
 
 root=${BATON_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -20,8 +21,32 @@ trap 'rm -rf -- "$scratch"' EXIT
 mkdir "$scratch/tmp"
 
 t0=$SECONDS
-TMPDIR=$scratch/tmp DEMO_DURATION=20 timeout -k 5 60 "$root/tools/demo.sh" >"$scratch/out" 2>&1
-rc=$?
+TMPDIR=$scratch/tmp DEMO_DURATION=20 timeout -k 5 60 "$root/tools/demo.sh" >"$scratch/out" 2>&1 &
+demo=$!
+# While it runs: the dashboard URL it prints serves the page, and the
+# token it carries lets the API write.
+dash=""
+for _ in $(seq 150); do
+  dash=$(sed -n 's/^ *dashboard  \(http:[^ ]*\).*/\1/p' "$scratch/out" | head -n 1)
+  [ -n "$dash" ] && break
+  sleep 0.1
+done
+base=${dash%%#*} token=${dash##*#token=}
+if command -v curl >/dev/null; then
+  page=$(curl -sf -m 5 "$base" 2>/dev/null)
+  [[ $page == *'<script src="app.js"'* ]] && curl -sf -m 5 "${base}metrics" | grep -q '^baton_build_info'
+  ok $? "the dashboard URL it prints serves the page, and /metrics answers (${base:-no URL})"
+  # (tick may not be put yet: 404 is past the token check too)
+  post() { curl -s -m 5 -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $1" \
+    "${base}api/v1/jobs/tick/resume" 2>/dev/null; }
+  code=$(post "$token") bad=$(post "not-$token")
+  [[ $code == 200 || $code == 404 ]] && [ "$bad" = 401 ]
+  ok $? "the token in that URL is the node's (POST .../resume: $code with it, $bad with another)"
+else
+  for _ in 1 2; do n=$((n + 1)); echo "ok $n # skip curl is not installed"; done
+fi
+rc=0
+wait "$demo" || rc=$?
 ok $((rc != 0)) "DEMO_DURATION=20 tools/demo.sh exits 0 (exit $rc, $((SECONDS - t0)) s)"
 [ "$rc" -eq 0 ] || tail -n 30 "$scratch/out" | diag
 
