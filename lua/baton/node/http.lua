@@ -215,9 +215,9 @@ end
 -- The JSON object of a request body (nil for an empty body), or nil, err.
 local function json_body(req, fields)
   if req.body:match("^%s*$") then return {} end
-  local ok, v = pcall(json.decode, req.body)
-  if not ok then
-    return nil, "EINVAL: the body is not JSON: " .. tostring(v):gsub("^[^:]*:%d+: ", "")
+  local ok, v, err = pcall(json.decode, req.body)
+  if not ok or v == nil then
+    return nil, "EINVAL: the body is not JSON: " .. tostring(ok and err or v):gsub("^EINVAL: ", "")
   end
   if type(v) ~= "table" or (v[1] ~= nil) then return nil, "EINVAL: the body must be a JSON object" end
   for k in pairs(v) do
