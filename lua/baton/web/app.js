@@ -25,6 +25,8 @@
   const HISTORY_LIMIT = 100;
   const CHART_RUNS = 100;
   const JOB_ROWS_MAX = 300;
+  const BIG_JOB_LIST = 2000; // jobs: past this many, the list is fetched every
+  const BIG_JOB_POLL_MS = 10000; // this often instead of every poll
 
   // States of a run record (docs/guide.md "Run states").
   const FAILED = new Set(['failed', 'abandoned']);
@@ -471,6 +473,7 @@
       notice('bad', `${a.label} ${job} failed: ${e.message} (${e.code}${e.status ? `, HTTP ${e.status}` : ''}).${hint}`);
     } finally {
       if (btn) btn.disabled = false;
+      if (S.view) S.view.jobsAt = 0; // show the change now, however long the list
       poll(true);
     }
   }
@@ -644,8 +647,15 @@
         (shown.length > cut.length ? ` · showing ${cut.length} of ${shown.length}` : ''));
     }
 
-    view.paths = () => ({ info: 'api/v1/info', nodes: 'api/v1/nodes', jobs: 'api/v1/jobs', runs: `api/v1/runs?limit=${RUNS_LIMIT}` });
+    view.paths = () => {
+      const p = { info: 'api/v1/info', nodes: 'api/v1/nodes', runs: `api/v1/runs?limit=${RUNS_LIMIT}` };
+      // (a list of thousands of jobs is megabytes: not every 2 s)
+      const big = view.lastJobs && view.lastJobs.length > BIG_JOB_LIST;
+      if (!big || Date.now() - (view.jobsAt || 0) >= BIG_JOB_POLL_MS) p.jobs = 'api/v1/jobs';
+      return p;
+    };
     view.update = (d) => {
+      if (d.jobs) view.jobsAt = Date.now();
       if (d.nodes) {
         const nodes = Array.isArray(d.nodes) ? d.nodes.filter((n) => n && typeof n.name === 'string') : [];
         const ctx = { leader: S.info && S.info.leader, self: S.info && S.info.node, version: S.info && S.info.version };
