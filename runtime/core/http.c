@@ -1,13 +1,42 @@
 /*
- * HTTP/1.1 client on a libuv loop.
+ * HTTP/1.1 client on a libuv loop: the front end.
  *
- * http:// is spoken here, over libuv TCP streams; https:// goes to
- * http_curl.c, which loads libcurl on first use. The reason is cost, not
- * taste: linking libcurl maps 38 shared objects (TLS, Kerberos, LDAP, ...)
- * into every baton process, about 7 ms of start-up and 6 MiB of RSS before
- * main(), and each request through curl's multi interface cost us ~30 us
- * of CPU plus a poll re-arm. etcd's gateway is plain HTTP/1.1 on most
- * clusters, and what it needs of HTTP is small.
+ * It owns what callers see (http.h): the client, the request objects and
+ * their life, and which URLs are taken. The work is a backend's
+ * (http_backend.h), chosen by the URL's scheme: https:// goes to libcurl
+ * (http_curl.c), anything else to baton's own HTTP/1.1 (http_native.c),
+ * which refuses what is not http://. A backend's state for a client is
+ * made on the first request for its scheme, so a process that never makes
+ * an https request never loads libcurl.
+ *
+ * Requests hold a reference on their client until their backend gives them
+ * back, so closing the client (or ending a request) from inside on_done is
+ * safe: the client is freed once it is closed and its last request freed;
+ * each backend frees its own state when its handles have closed.
+ *
+ * (The native backend still lives in this file, first, until it moves to
+ * http_native.c.)
+ */
+#include "http_backend.h"
+#include "b64.h"
+#include "err.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ==== the native backend ==== */
+/*
+ * The HTTP client's native backend (http_backend.h): http:// spoken by
+ * baton itself over libuv TCP streams. The reason is cost, not taste: etcd's
+ * gateway is plain HTTP/1.1 on most clusters and what it needs of HTTP is
+ * small, while each request through curl's multi interface cost us ~30 us
+ * of CPU plus a poll re-arm, and a process that never makes an https
+ * request never maps libcurl at all.
  *
  * Shape. A client has hosts ("name:port"); a host has connections and a
  * FIFO of requests waiting for one. A request takes the host's most recently
@@ -20,27 +49,16 @@
  * peer while idle).
  *
  * Every request has a timer for its deadlines (whole request, connect, low
- * speed) that also carries failures found inside bt_http_request to the next
- * loop turn, so that on_done never runs before bt_http_request has returned.
- * A request is freed in that timer's close callback; a connection when its
- * TCP handle and any name lookup are done; the client when nothing of it is
- * open any more.
+ * speed) that also carries failures found inside start to the next loop
+ * turn, so that the request never ends before bt_http_request has returned.
+ * A request is given back to the front end in that timer's close callback;
+ * a connection is freed when its TCP handle and any name lookup are done;
+ * the client when nothing of it is open any more.
  *
  * The bytes of a response are parsed by http_parse.c, which knows nothing
  * of sockets (so it can be fuzzed): conn_parse feeds it each read and acts
  * on the events it returns.
  */
-#include "http_int.h"
-#include "b64.h"
-#include "err.h"
-
-#include <ctype.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
 
 #define MAX_BODY BT_HTTP_MAX_BODY
 #define MAX_CONNS 256            /* per host; more requests wait */
@@ -51,25 +69,26 @@
 
 typedef bt__buf_t buf_t;
 
+typedef struct client_s client_t;
 typedef struct host_s host_t;
 typedef struct conn_s conn_t;
 typedef struct hreq_s hreq_t;
 
-struct bt_http_s {
+/* The backend's state for one client of the front end. */
+struct client_s {
   uv_loop_t *loop;
   host_t *hosts;
   hreq_t *reqs;            /* every live request, in flight or waiting */
   int nreq;
   int handles;             /* open handles and lookups; freed at 0 once closing */
-  int in_api;              /* > 0 inside bt_http_request */
+  int in_api;              /* > 0 inside start */
   int closing;
-  bt_curl_t *curl;         /* the https client, made on first use */
   char rbuf[READ_BUF];     /* every read lands here and is consumed at once */
 };
 
 struct host_s {
   host_t *next;
-  bt_http_t *h;
+  client_t *cl;
   conn_t *idle;            /* idle connections, most recently idled first */
   int nconn, nidle;
   hreq_t *wait_head, *wait_tail;
@@ -100,25 +119,21 @@ struct conn_s {
 };
 
 struct hreq_s {
-  bt_http_req_t base;      /* first: backend tag */
-  bt_http_t *h;
+  bt_http_req_t base;      /* first: the front end's part */
+  client_t *cl;
   host_t *host;
   conn_t *conn;
-  hreq_t *prev, *next;     /* h->reqs */
+  hreq_t *prev, *next;     /* cl->reqs */
   hreq_t *wnext;           /* host's wait queue */
   uv_timer_t timer;
   char *out;               /* the request's bytes: head and body */
   size_t outlen;
-  bt_http_data_cb on_data;
-  bt_http_done_cb on_done;
-  void *arg;
   uint64_t t_start, timeout_ms, connect_ms, low_ms, last_rx;
   long status;
-  int waiting, head_only, cancel, finishing, in_cb, unsent, retried, fresh;
+  int waiting, head_only, cancel, finishing, in_cb, retried, fresh;
   int sent;                /* some try handed bytes to the kernel */
   int pending_err;         /* a failure to report from the timer */
-  buf_t body, head;
-  char errtext[256];
+  buf_t body;
 };
 
 static void req_dispatch(hreq_t *req);
@@ -135,24 +150,24 @@ static void buf_free(buf_t *b) {
   b->len = b->cap = 0;
 }
 
-static void client_maybe_free(bt_http_t *h) {
+static void client_maybe_free(client_t *cl) {
   host_t *ho;
-  if (!h->closing || h->handles > 0 || h->nreq > 0) return;
-  while ((ho = h->hosts)) {
-    h->hosts = ho->next;
+  if (!cl->closing || cl->handles > 0 || cl->nreq > 0) return;
+  while ((ho = cl->hosts)) {
+    cl->hosts = ho->next;
     free(ho);
   }
-  free(h);
+  free(cl);
 }
 
 /* ---- requests ---- */
 
 static void on_req_closed(uv_handle_t *hd) {
   hreq_t *req = hd->data;
-  bt_http_t *h = req->h;
-  free(req);
-  h->handles--;
-  client_maybe_free(h);
+  client_t *cl = req->cl;
+  bt__http_req_free(&req->base);
+  cl->handles--;
+  client_maybe_free(cl);
 }
 
 static void wait_remove(hreq_t *req) {
@@ -171,16 +186,17 @@ static void wait_remove(hreq_t *req) {
 }
 
 /* Ends req: detaches it (closing its connection, if any: an unfinished
- * exchange leaves it unusable), runs on_done once, frees it later. */
+ * exchange leaves it unusable), reports its end to the front end once, and
+ * gives it back once its timer has closed. */
 static void req_finish(hreq_t *req, int err) {
-  bt_http_t *h = req->h;
+  client_t *cl = req->cl;
   /* A stream's 2xx body went to on_data; any other answer is kept whole. */
-  int stream = req->on_data && req->status >= 200 && req->status < 300;
+  int stream = req->base.on_data && req->status >= 200 && req->status < 300;
 
   if (req->finishing) return;
   req->finishing = 1;
   /* A retry that could not connect does not unsend the first try. */
-  if (req->sent) req->unsent = 0;
+  if (req->sent) req->base.unsent = 0;
   if (req->waiting) wait_remove(req);
   if (req->conn) {
     conn_t *c = req->conn;
@@ -189,29 +205,28 @@ static void req_finish(hreq_t *req, int err) {
     conn_close(c);
   }
   if (req->prev) req->prev->next = req->next;
-  else h->reqs = req->next;
+  else cl->reqs = req->next;
   if (req->next) req->next->prev = req->prev;
-  h->nreq--;
+  cl->nreq--;
   uv_timer_stop(&req->timer);
 
-  req->on_done(&req->base, err, err ? 0 : req->status,
-               stream ? NULL : (req->body.p ? req->body.p : ""),
-               stream ? 0 : req->body.len, req->arg);
+  bt__http_req_done(&req->base, err, err ? 0 : req->status,
+                    stream ? NULL : (req->body.p ? req->body.p : ""),
+                    stream ? 0 : req->body.len);
 
   free(req->out);
   buf_free(&req->body);
-  buf_free(&req->head);
   uv_close((uv_handle_t *) &req->timer, on_req_closed);
 }
 
-/* Fails req with err and a curl-like text; from inside bt_http_request
+/* Fails req with err and a curl-like text; from inside start
  * the failure is reported on the next loop turn. */
 static void req_fail(hreq_t *req, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(req->errtext, sizeof(req->errtext), fmt, ap);
+  vsnprintf(req->base.errtext, sizeof(req->base.errtext), fmt, ap);
   va_end(ap);
-  if (req->h->in_api) {
+  if (req->cl->in_api) {
     if (req->conn) {
       conn_t *c = req->conn;
       req->conn = NULL;
@@ -228,7 +243,7 @@ static void req_fail(hreq_t *req, int err, const char *fmt, ...) {
 
 static void on_req_timer(uv_timer_t *t) {
   hreq_t *req = t->data;
-  uint64_t now = uv_now(req->h->loop);
+  uint64_t now = uv_now(req->cl->loop);
   conn_t *c = req->conn;
 
   if (req->pending_err) {
@@ -236,13 +251,13 @@ static void on_req_timer(uv_timer_t *t) {
     return;
   }
   if (c && !c->connected && now >= c->t_connect + req->connect_ms) {
-    req->unsent = 1;
+    req->base.unsent = 1;
     req_fail(req, BT_ETIMEDOUT, "Connection timed out after %llu milliseconds",
              (unsigned long long) (now - c->t_connect));
     return;
   }
   if (req->timeout_ms && now >= req->t_start + req->timeout_ms) {
-    if (!c || !c->connected) req->unsent = 1;
+    if (!c || !c->connected) req->base.unsent = 1;
     req_fail(req, BT_ETIMEDOUT,
              "Operation timed out after %llu milliseconds with %zu bytes "
              "received", (unsigned long long) (now - req->t_start),
@@ -260,7 +275,7 @@ static void on_req_timer(uv_timer_t *t) {
 /* (Re)starts req's timer for its nearest deadline; also the path by which a
  * pending failure reaches on_req_timer. */
 static void req_arm(hreq_t *req) {
-  uint64_t now = uv_now(req->h->loop), at = UINT64_MAX;
+  uint64_t now = uv_now(req->cl->loop), at = UINT64_MAX;
   conn_t *c = req->conn;
 
   if (req->pending_err) return;    /* its timer is set to report it */
@@ -295,7 +310,7 @@ static void conn_unref(conn_t *c) {
 }
 
 static void host_kick(host_t *ho) {
-  while (ho->wait_head && ho->nconn < MAX_CONNS && !ho->h->closing) {
+  while (ho->wait_head && ho->nconn < MAX_CONNS && !ho->cl->closing) {
     hreq_t *req = ho->wait_head;
     wait_remove(req);
     req_dispatch(req);
@@ -315,15 +330,15 @@ static void idle_remove(conn_t *c) {
 
 static void on_tcp_closed(uv_handle_t *hd) {
   conn_t *c = hd->data;
-  bt_http_t *h = c->host->h;
+  client_t *cl = c->host->cl;
   c->tcp_open = 0;
-  h->handles--;
+  cl->handles--;
   if (c->reconnect) {
     c->reconnect = 0;
     if (!c->closing) conn_connect_next(c);
   }
   conn_unref(c);
-  client_maybe_free(h);
+  client_maybe_free(cl);
 }
 
 /* Stops using c: off the idle list, its TCP handle closed, its lookup
@@ -382,7 +397,7 @@ static void conn_complete(conn_t *c, size_t extra) {
   req->conn = NULL;
   /* An answer that came before the whole request was written (a 413, say)
    * leaves the write behind: the connection cannot carry another. */
-  if (c->ps.keep && !extra && !c->writing && !c->host->h->closing)
+  if (c->ps.keep && !extra && !c->writing && !c->host->cl->closing)
     conn_release(c);
   else conn_close(c);
   req_finish(req, 0);
@@ -390,7 +405,7 @@ static void conn_complete(conn_t *c, size_t extra) {
 
 static void on_alloc(uv_handle_t *hd, size_t hint, uv_buf_t *buf) {
   conn_t *c = hd->data;
-  buf->base = c->host->h->rbuf;
+  buf->base = c->host->cl->rbuf;
   buf->len = READ_BUF;
 }
 
@@ -425,7 +440,7 @@ static int deliver(conn_t *c, const char *p, size_t n) {
   if (!n) return 0;
   if (c->stream_ok) {
     req->in_cb = 1;
-    req->on_data(&req->base, p, n, req->arg);
+    req->base.on_data(&req->base, p, n, req->base.arg);
     req->in_cb = 0;
     if (req->cancel) {
       req_finish(req, BT_ECANCELED);
@@ -447,7 +462,7 @@ static int deliver(conn_t *c, const char *p, size_t n) {
 static int head_done(conn_t *c) {
   hreq_t *req = c->req;
   long st = c->ps.status;
-  c->stream_ok = req->on_data && st >= 200 && st < 300;
+  c->stream_ok = req->base.on_data && st >= 200 && st < 300;
   if (!c->stream_ok && c->ps.framing == BT__HTTP_LENGTH &&
       (uint64_t) c->ps.clen > MAX_BODY) {
     req_fail(req, BT_ETOOLARGE, "response body of %lld bytes",
@@ -494,7 +509,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       return;
     }
     c->got += (size_t) nread;
-    c->req->last_rx = uv_now(c->host->h->loop);
+    c->req->last_rx = uv_now(c->host->cl->loop);
     conn_parse(c, buf->base, (size_t) nread);
   } else if (nread < 0) {
     conn_lost(c, (int) nread);
@@ -513,17 +528,17 @@ static void conn_send(conn_t *c) {
   uv_buf_t b = uv_buf_init(req->out, (unsigned) req->outlen);
   int n;
 
-  bt__http_parser_reset(&c->ps, &req->head, req->head_only);
+  bt__http_parser_reset(&c->ps, &req->base.head, req->head_only);
   c->got = 0;
   req->status = 0;
   req->body.len = 0;
-  req->last_rx = uv_now(c->host->h->loop);
+  req->last_rx = uv_now(c->host->cl->loop);
   req_arm(req);
 
   n = uv_try_write((uv_stream_t *) &c->tcp, &b, 1);
   if (n == UV_EAGAIN) n = 0;
   if (n < 0) {
-    req->unsent = 1;          /* not one byte of it left us */
+    req->base.unsent = 1;          /* not one byte of it left us */
     conn_lost(c, n);
     return;
   }
@@ -573,7 +588,7 @@ static void on_connect(uv_connect_t *cr, int status) {
 
 /* Connects c to its next address, or fails its request when none is left. */
 static void conn_connect_next(conn_t *c) {
-  bt_http_t *h = c->host->h;
+  client_t *cl = c->host->cl;
   hreq_t *req = c->req;
   int err;
 
@@ -583,12 +598,12 @@ static void conn_connect_next(conn_t *c) {
       conn_close(c);
       return;
     }
-    req->unsent = 1;
+    req->base.unsent = 1;
     req_fail(req, err, "Failed to connect to %s port %s: %s", c->host->name,
              c->host->port, uv_strerror(err));
     return;
   }
-  err = uv_tcp_init(h->loop, &c->tcp);
+  err = uv_tcp_init(cl->loop, &c->tcp);
   if (err) {
     c->last_err = err;
     c->next_addr = c->naddr;
@@ -598,7 +613,7 @@ static void conn_connect_next(conn_t *c) {
   c->tcp.data = c;
   c->tcp_open = 1;
   c->refs++;
-  h->handles++;
+  cl->handles++;
   uv_tcp_nodelay(&c->tcp, 1);
   c->creq.data = c;
   err = uv_tcp_connect(&c->creq, &c->tcp,
@@ -609,15 +624,15 @@ static void conn_connect_next(conn_t *c) {
 
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai) {
   conn_t *c = g->data;
-  bt_http_t *h = c->host->h;
+  client_t *cl = c->host->cl;
   struct addrinfo *a;
 
   c->resolving = 0;
-  h->handles--;
+  cl->handles--;
   if (!c->closing) {
     if (status < 0) {
       if (c->req) {
-        c->req->unsent = 1;
+        c->req->base.unsent = 1;
         req_fail(c->req, BT_EAI_NONAME, "Could not resolve host: %s (%s)",
                  c->host->name, uv_strerror(status));
       } else {
@@ -634,13 +649,13 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *ai) {
   }
   uv_freeaddrinfo(ai);
   conn_unref(c);
-  client_maybe_free(h);
+  client_maybe_free(cl);
 }
 
 /* Opens a connection for req on its host. */
 static void conn_open(hreq_t *req) {
   host_t *ho = req->host;
-  bt_http_t *h = ho->h;
+  client_t *cl = ho->cl;
   conn_t *c = calloc(1, sizeof(*c));
   if (!c) {
     req_fail(req, BT_ENOMEM, "out of memory");
@@ -651,7 +666,7 @@ static void conn_open(hreq_t *req) {
   c->req = req;
   req->conn = c;
   ho->nconn++;
-  c->t_connect = uv_now(h->loop);
+  c->t_connect = uv_now(cl->loop);
   req_arm(req);
   if (ho->literal) {
     c->addrs[0] = ho->addr;
@@ -666,17 +681,17 @@ static void conn_open(hreq_t *req) {
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     c->gai.data = c;
-    err = uv_getaddrinfo(h->loop, &c->gai, on_resolved, ho->name, ho->port,
+    err = uv_getaddrinfo(cl->loop, &c->gai, on_resolved, ho->name, ho->port,
                          &hints);
     if (err) {
-      req->unsent = 1;
+      req->base.unsent = 1;
       req_fail(req, BT_EAI_NONAME, "Could not resolve host: %s (%s)",
                ho->name, uv_strerror(err));
       return;
     }
     c->resolving = 1;
     c->refs++;
-    h->handles++;
+    cl->handles++;
   }
 }
 
@@ -701,77 +716,7 @@ static void req_dispatch(hreq_t *req) {
   req_arm(req);
 }
 
-/* ---- URLs and the request's bytes ---- */
-
-typedef struct {
-  const char *user, *pass;  /* not decoded; NULL if absent */
-  size_t ulen, plen;
-  const char *host;         /* without [] */
-  size_t hlen;
-  const char *hostport;     /* for the Host header: as written */
-  size_t hplen;
-  char port[8];
-  const char *path;         /* from the first '/' or '?', fragment dropped */
-  size_t pathlen;
-} url_t;
-
-/* Splits an http:// URL (an https:// one only for bt_http_url_ok).
- * Returns 0 or BT_EINVAL. */
-static int url_parse(const char *url, url_t *u) {
-  const char *p, *auth_end, *at = NULL, *hp, *he, *q;
-  long port;
-
-  memset(u, 0, sizeof(*u));
-  if (strncasecmp(url, "http://", 7) == 0) p = url + 7, port = 80;
-  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8, port = 443;
-  else return BT_EINVAL;
-  auth_end = p + strcspn(p, "/?#");
-  for (q = p; q < auth_end; q++)
-    if (*q == '@') at = q;
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t) (at - p));
-    u->user = p;
-    u->ulen = colon ? (size_t) (colon - p) : (size_t) (at - p);
-    if (colon) {
-      u->pass = colon + 1;
-      u->plen = (size_t) (at - colon - 1);
-    }
-    p = at + 1;
-  }
-  u->hostport = p;
-  u->hplen = (size_t) (auth_end - p);
-  if (*p == '[') {
-    he = memchr(p, ']', (size_t) (auth_end - p));
-    if (!he) return BT_EINVAL;
-    u->host = p + 1;
-    u->hlen = (size_t) (he - p - 1);
-    hp = he + 1;
-  } else {
-    he = memchr(p, ':', (size_t) (auth_end - p));
-    if (!he) he = auth_end;
-    u->host = p;
-    u->hlen = (size_t) (he - p);
-    hp = he;
-  }
-  if (u->hlen == 0 || u->hlen > 255) return BT_EINVAL;
-  if (hp < auth_end) {
-    if (*hp != ':') return BT_EINVAL;
-    if (hp + 1 < auth_end) {
-      port = 0;
-      for (q = hp + 1; q < auth_end; q++) {
-        if (!isdigit((unsigned char) *q) || port > 65535) return BT_EINVAL;
-        port = port * 10 + (*q - '0');
-      }
-      if (port < 1 || port > 65535) return BT_EINVAL;
-    }
-  }
-  snprintf(u->port, sizeof(u->port), "%ld", port);
-  u->path = auth_end;
-  u->pathlen = strcspn(auth_end, "#");
-  for (q = url; *q; q++)
-    if ((unsigned char) *q <= ' ' || *q == 0x7f) return BT_EINVAL;
-  return 0;
-}
+/* ---- the request's bytes ---- */
 
 static size_t pct_decode(char *dst, const char *s, size_t n) {
   size_t i, o = 0;
@@ -829,7 +774,7 @@ static size_t header_line(const char *line, char *w) {
 
 /* The base64 of a URL's "user:password", decoded from %-escapes (malloc'd),
  * or NULL when out of memory. */
-static char *basic_credentials(const url_t *u) {
+static char *basic_credentials(const bt__http_url_t *u) {
   char *cred = malloc(u->ulen + u->plen + 2), *b = NULL;
   size_t cl;
   if (!cred) return NULL;
@@ -843,8 +788,8 @@ static char *basic_credentials(const url_t *u) {
 }
 
 /* Writes req's bytes to req->out. Returns 0 or BT_ENOMEM. */
-static int build_request(hreq_t *req, const bt_http_opts_t *o, const url_t *u,
-                         const char *method) {
+static int build_request(hreq_t *req, const bt_http_opts_t *o,
+                         const bt__http_url_t *u, const char *method) {
   char *cred = NULL, *w;
   size_t n, i;
   int with_len = o->body || !strcmp(method, "POST") || !strcmp(method, "PUT") ||
@@ -899,23 +844,192 @@ static int build_request(hreq_t *req, const bt_http_opts_t *o, const url_t *u,
   return 0;
 }
 
-static host_t *host_get(bt_http_t *h, const url_t *u) {
+static host_t *host_get(client_t *cl, const bt__http_url_t *u) {
   host_t *ho;
-  for (ho = h->hosts; ho; ho = ho->next)
+  for (ho = cl->hosts; ho; ho = ho->next)
     if (strlen(ho->name) == u->hlen && !memcmp(ho->name, u->host, u->hlen) &&
         !strcmp(ho->port, u->port))
       return ho;
   ho = calloc(1, sizeof(*ho) + u->hlen + 1);
   if (!ho) return NULL;
-  ho->h = h;
+  ho->cl = cl;
   memcpy(ho->name, u->host, u->hlen);
   snprintf(ho->port, sizeof(ho->port), "%s", u->port);
   if (uv_ip4_addr(ho->name, atoi(ho->port), (struct sockaddr_in *) &ho->addr) == 0 ||
       uv_ip6_addr(ho->name, atoi(ho->port), (struct sockaddr_in6 *) &ho->addr) == 0)
     ho->literal = 1;
-  ho->next = h->hosts;
-  h->hosts = ho;
+  ho->next = cl->hosts;
+  cl->hosts = ho;
   return ho;
+}
+
+/* ---- the backend ---- */
+
+static void *native_open(uv_loop_t *loop) {
+  client_t *cl = calloc(1, sizeof(*cl));
+  if (cl) cl->loop = loop;
+  return cl;
+}
+
+static void native_close(void *client) {
+  client_t *cl = client;
+  hreq_t *req, *next;
+  host_t *ho;
+
+  cl->closing = 1;
+  for (req = cl->reqs; req; req = next) {
+    next = req->next;
+    if (req->in_cb) req->cancel = 1;   /* ends when its on_data returns */
+    else req_finish(req, BT_ECANCELED);
+  }
+  for (ho = cl->hosts; ho; ho = ho->next)
+    while (ho->idle) conn_close(ho->idle);
+  client_maybe_free(cl);
+}
+
+/* Takes req on cl: writes its bytes, makes its timer, puts it on the
+ * client's list (from here on it ends through req_finish) and gives it a
+ * connection or a place in its host's queue. */
+static int native_start(void *client, bt_http_req_t *base,
+                        const bt_http_opts_t *o) {
+  client_t *cl = client;
+  hreq_t *req = (hreq_t *) base;
+  bt__http_url_t u;
+  const char *method = o->method ? o->method : (o->body ? "POST" : "GET");
+  int err;
+
+  if ((err = bt__http_url_parse(o->url, &u))) return err;
+  req->cl = cl;
+  if ((err = build_request(req, o, &u, method)) ||
+      !(req->host = host_get(cl, &u))) {
+    free(req->out);
+    req->out = NULL;
+    return err ? err : BT_ENOMEM;
+  }
+  req->head_only = strcmp(method, "HEAD") == 0;
+  /* (the loop's cached time may be stale by what this loop iteration has
+   * run so far: a timeout counts from now, not from then) */
+  uv_update_time(cl->loop);
+  req->t_start = uv_now(cl->loop);
+  req->timeout_ms = o->timeout_ms > 0 ? (uint64_t) o->timeout_ms : 0;
+  req->connect_ms = o->connect_timeout_ms > 0 ? (uint64_t) o->connect_timeout_ms
+                                              : CONNECT_TIMEOUT_MS;
+  req->low_ms = o->low_speed_secs > 0 ? (uint64_t) o->low_speed_secs * 1000 : 0;
+  uv_timer_init(cl->loop, &req->timer);
+  req->timer.data = req;
+  cl->handles++;
+  req->next = cl->reqs;
+  if (cl->reqs) cl->reqs->prev = req;
+  cl->reqs = req;
+  cl->nreq++;
+  cl->in_api++;
+  req_dispatch(req);
+  cl->in_api--;
+  return 0;
+}
+
+static void native_cancel(bt_http_req_t *base) {
+  hreq_t *req = (hreq_t *) base;
+  if (req->cancel || req->finishing) return;
+  req->cancel = 1;
+  if (!req->in_cb) req_finish(req, BT_ECANCELED);
+}
+
+const bt__http_backend_t bt__http_native = {
+  sizeof(hreq_t), native_open, native_close, native_start, native_cancel,
+};
+
+/* ==== the front end ==== */
+
+enum { BE_NATIVE, BE_CURL, NBACKENDS };
+
+static const bt__http_backend_t *const backends[NBACKENDS] = {
+  &bt__http_native, &bt__http_curl,
+};
+
+struct bt_http_s {
+  uv_loop_t *loop;
+  void *be[NBACKENDS];     /* each backend's state, made on first use */
+  int nreq;                /* requests started and not yet ended */
+  int refs;                /* 1 until closed, +1 per request not yet freed */
+  int closing;
+};
+
+static void client_unref(bt_http_t *h) {
+  if (--h->refs == 0) free(h);
+}
+
+/* ---- what backends call ---- */
+
+void bt__http_req_done(bt_http_req_t *req, int err, long status,
+                       const char *body, size_t len) {
+  req->h->nreq--;
+  req->on_done(req, err, status, body, len, req->arg);
+}
+
+void bt__http_req_free(bt_http_req_t *req) {
+  bt_http_t *h = req->h;
+  free(req->head.p);
+  free(req);
+  client_unref(h);
+}
+
+/* ---- URLs ---- */
+
+int bt__http_url_parse(const char *url, bt__http_url_t *u) {
+  const char *p, *auth_end, *at = NULL, *hp, *he, *q;
+  long port;
+
+  memset(u, 0, sizeof(*u));
+  if (strncasecmp(url, "http://", 7) == 0) p = url + 7, port = 80;
+  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8, port = 443;
+  else return BT_EINVAL;
+  auth_end = p + strcspn(p, "/?#");
+  for (q = p; q < auth_end; q++)
+    if (*q == '@') at = q;
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t) (at - p));
+    u->user = p;
+    u->ulen = colon ? (size_t) (colon - p) : (size_t) (at - p);
+    if (colon) {
+      u->pass = colon + 1;
+      u->plen = (size_t) (at - colon - 1);
+    }
+    p = at + 1;
+  }
+  u->hostport = p;
+  u->hplen = (size_t) (auth_end - p);
+  if (*p == '[') {
+    he = memchr(p, ']', (size_t) (auth_end - p));
+    if (!he) return BT_EINVAL;
+    u->host = p + 1;
+    u->hlen = (size_t) (he - p - 1);
+    hp = he + 1;
+  } else {
+    he = memchr(p, ':', (size_t) (auth_end - p));
+    if (!he) he = auth_end;
+    u->host = p;
+    u->hlen = (size_t) (he - p);
+    hp = he;
+  }
+  if (u->hlen == 0 || u->hlen > 255) return BT_EINVAL;
+  if (hp < auth_end) {
+    if (*hp != ':') return BT_EINVAL;
+    if (hp + 1 < auth_end) {
+      port = 0;
+      for (q = hp + 1; q < auth_end; q++) {
+        if (!isdigit((unsigned char) *q) || port > 65535) return BT_EINVAL;
+        port = port * 10 + (*q - '0');
+      }
+      if (port < 1 || port > 65535) return BT_EINVAL;
+    }
+  }
+  snprintf(u->port, sizeof(u->port), "%ld", port);
+  u->path = auth_end;
+  u->pathlen = strcspn(auth_end, "#");
+  for (q = url; *q; q++)
+    if ((unsigned char) *q <= ' ' || *q == 0x7f) return BT_EINVAL;
+  return 0;
 }
 
 /* ---- the public face ---- */
@@ -924,144 +1038,72 @@ bt_http_t *bt_http_new(uv_loop_t *loop) {
   bt_http_t *h = calloc(1, sizeof(*h));
   if (!h) return NULL;
   h->loop = loop;
+  h->refs = 1;
   return h;
 }
 
 void bt_http_close(bt_http_t *h) {
-  hreq_t *req, *next;
-  host_t *ho;
-
+  int i;
   if (!h || h->closing) return;
   h->closing = 1;
-  for (req = h->reqs; req; req = next) {
-    next = req->next;
-    if (req->in_cb) req->cancel = 1;   /* ends when its on_data returns */
-    else req_finish(req, BT_ECANCELED);
+  for (i = 0; i < NBACKENDS; i++) {
+    void *state = h->be[i];
+    h->be[i] = NULL;
+    if (state) backends[i]->close(state);
   }
-  for (ho = h->hosts; ho; ho = ho->next)
-    while (ho->idle) conn_close(ho->idle);
-  if (h->curl) bt_curl_close(h->curl);
-  h->curl = NULL;
-  client_maybe_free(h);
-}
-
-/* Takes req's callbacks from o, makes its timer and puts it on the
- * client's list: from here on it ends through req_finish. */
-static void req_link(hreq_t *req, const bt_http_opts_t *o) {
-  bt_http_t *h = req->h;
-  req->base.backend = BT_HTTP_NATIVE;
-  req->on_data = o->on_data;
-  req->on_done = o->on_done;
-  req->arg = o->arg;
-  uv_timer_init(h->loop, &req->timer);
-  req->timer.data = req;
-  h->handles++;
-  req->next = h->reqs;
-  if (h->reqs) h->reqs->prev = req;
-  h->reqs = req;
-  h->nreq++;
-}
-
-int bt_http_url_ok(const char *url) {
-  url_t u;
-  return url_parse(url, &u) == 0;
-}
-
-static int request_native(bt_http_t *h, const bt_http_opts_t *o,
-                          bt_http_req_t **out) {
-  url_t u;
-  hreq_t *req;
-  const char *method = o->method ? o->method : (o->body ? "POST" : "GET");
-  int err;
-
-  if ((err = url_parse(o->url, &u))) return err;
-  req = calloc(1, sizeof(*req));
-  if (!req) return BT_ENOMEM;
-  req->h = h;
-  if ((err = build_request(req, o, &u, method)) ||
-      !(req->host = host_get(h, &u))) {
-    free(req->out);
-    free(req);
-    return err ? err : BT_ENOMEM;
-  }
-  req->head_only = strcmp(method, "HEAD") == 0;
-  /* (the loop's cached time may be stale by what this loop iteration has
-   * run so far: a timeout counts from now, not from then) */
-  uv_update_time(h->loop);
-  req->t_start = uv_now(h->loop);
-  req->timeout_ms = o->timeout_ms > 0 ? (uint64_t) o->timeout_ms : 0;
-  req->connect_ms = o->connect_timeout_ms > 0 ? (uint64_t) o->connect_timeout_ms
-                                              : CONNECT_TIMEOUT_MS;
-  req->low_ms = o->low_speed_secs > 0 ? (uint64_t) o->low_speed_secs * 1000 : 0;
-  req_link(req, o);
-  if (out) *out = &req->base;
-  h->in_api++;
-  req_dispatch(req);
-  h->in_api--;
-  return 0;
-}
-
-/* A request that fails on the next loop turn with err and why: how an
- * https request reports that libcurl could not be loaded, with the reason
- * (a bare "not supported" returned from here would lose it). */
-static int request_failed(bt_http_t *h, const bt_http_opts_t *o, int err,
-                          const char *why, bt_http_req_t **out) {
-  hreq_t *req = calloc(1, sizeof(*req));
-  if (!req) return BT_ENOMEM;
-  req->h = h;
-  req->unsent = 1;
-  req->pending_err = err;
-  snprintf(req->errtext, sizeof(req->errtext), "%s", why);
-  req_link(req, o);
-  uv_timer_start(&req->timer, on_req_timer, 0, 0);
-  if (out) *out = &req->base;
-  return 0;
+  client_unref(h);
 }
 
 int bt_http_request(bt_http_t *h, const bt_http_opts_t *o,
                     bt_http_req_t **out) {
+  const bt__http_backend_t *be;
+  bt_http_req_t *req;
+  int i, err;
+
   if (!o->url || !o->on_done) return BT_EINVAL;
   if (h->closing) return BT_ECLOSED;
-  if (strncasecmp(o->url, "https://", 8) == 0) {
-    if (!h->curl) {
-      int err = BT_ENOMEM;
-      char why[256] = "";
-      h->curl = bt_curl_new(h->loop, &err, why, sizeof(why));
-      if (!h->curl) return request_failed(h, o, err, why, out);
-    }
-    return bt_curl_request(h->curl, o, out);
+  i = strncasecmp(o->url, "https://", 8) == 0 ? BE_CURL : BE_NATIVE;
+  be = backends[i];
+  if (!h->be[i] && !(h->be[i] = be->open(h->loop))) return BT_ENOMEM;
+  req = calloc(1, be->req_size);
+  if (!req) return BT_ENOMEM;
+  req->be = be;
+  req->h = h;
+  req->on_data = o->on_data;
+  req->on_done = o->on_done;
+  req->arg = o->arg;
+  if ((err = be->start(h->be[i], req, o))) {
+    free(req);
+    return err;
   }
-  return request_native(h, o, out);
+  h->nreq++;
+  h->refs++;
+  if (out) *out = req;
+  return 0;
 }
 
-void bt_http_cancel(bt_http_req_t *base) {
-  hreq_t *req = (hreq_t *) base;
-  if (base->backend == BT_HTTP_CURL) {
-    bt_curl_cancel(base);
-    return;
-  }
-  if (req->cancel || req->finishing) return;
-  req->cancel = 1;
-  if (!req->in_cb) req_finish(req, BT_ECANCELED);
+void bt_http_cancel(bt_http_req_t *req) {
+  req->be->cancel(req);
 }
 
-int bt_http_req_unsent(const bt_http_req_t *base) {
-  if (base->backend == BT_HTTP_CURL) return bt_curl_req_unsent(base);
-  return ((const hreq_t *) base)->unsent;
+int bt_http_req_unsent(const bt_http_req_t *req) {
+  return req->unsent;
 }
 
-const char *bt_http_req_headers(const bt_http_req_t *base, size_t *len) {
-  const hreq_t *req = (const hreq_t *) base;
-  if (base->backend == BT_HTTP_CURL) return bt_curl_req_headers(base, len);
+const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len) {
   if (len) *len = req->head.len;
   return req->head.p ? req->head.p : "";
 }
 
-const char *bt_http_req_errtext(const bt_http_req_t *base) {
-  if (base->backend == BT_HTTP_CURL) return bt_curl_req_errtext(base);
-  return ((const hreq_t *) base)->errtext;
+const char *bt_http_req_errtext(const bt_http_req_t *req) {
+  return req->errtext;
+}
+
+int bt_http_url_ok(const char *url) {
+  bt__http_url_t u;
+  return bt__http_url_parse(url, &u) == 0;
 }
 
 int bt_http_active(const bt_http_t *h) {
-  return h->nreq + (h->curl ? bt_curl_active(h->curl) : 0);
+  return h->nreq;
 }
