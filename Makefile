@@ -101,8 +101,9 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime/core
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
 FUZZ_SRCS_http := runtime/core/http_parse.c
-FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/http.c \
-                  runtime/core/http_native.c runtime/core/http_curl.c runtime/core/http_parse.c
+FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/fence.c \
+                  runtime/core/http.c runtime/core/http_native.c runtime/core/http_curl.c \
+                  runtime/core/http_parse.c
 
 .PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 
