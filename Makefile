@@ -5,8 +5,9 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl is compiled against (its header) but not linked: http_curl.c
-# loads it with dlopen on the first https:// request.
+# libcurl is compiled against (its header) but not linked: the HTTP
+# client's curl backend (runtime/core/http_curl.c) loads it with dlopen on
+# the first https:// request.
 PKGS     := luajit libuv libcurl libcjson
 PKGS_LINK := luajit libuv libcjson
 OPT      ?= -O2
