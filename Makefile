@@ -5,8 +5,9 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl is compiled against (its header) but not linked: http_curl.c
-# loads it with dlopen on the first https:// request.
+# libcurl is compiled against (its header) but not linked: the HTTP
+# client's curl backend (runtime/core/http_curl.c) loads it with dlopen on
+# the first https:// request.
 PKGS     := luajit libuv libcurl libcjson libmicrohttpd
 PKGS_LINK := luajit libuv libcjson libmicrohttpd
 OPT      ?= -O2
@@ -101,8 +102,9 @@ FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime/core
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
 FUZZ_SRCS_http := runtime/core/http_parse.c
-FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/http.c \
-                  runtime/core/http_parse.c runtime/core/http_curl.c
+FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/fence.c \
+                  runtime/core/http.c runtime/core/http_native.c runtime/core/http_curl.c \
+                  runtime/core/http_parse.c
 
 .PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 

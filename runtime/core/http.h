@@ -1,8 +1,9 @@
 /*
- * HTTP/1.1 client on a libuv loop: http:// spoken by http.c itself, https://
- * by libcurl loaded on first use (http_curl.c). Connections are kept alive
- * and reused across requests of one bt_http_t. Every request has a timeout
- * and can be cancelled.
+ * HTTP/1.1 client on a libuv loop: http:// spoken by baton itself
+ * (http_native.c), https:// by libcurl loaded on first use (http_curl.c),
+ * both behind this one API (http.c; how they fit is http_backend.h).
+ * Connections are kept alive and reused across requests of one bt_http_t.
+ * Every request has a timeout and can be cancelled.
  */
 #ifndef BATON_HTTP_H
 #define BATON_HTTP_H

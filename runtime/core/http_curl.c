@@ -1,15 +1,19 @@
 /*
- * https:// for the HTTP client: libcurl's multi interface on a libuv loop,
- * with libcurl loaded by dlopen on first use.
+ * The HTTP client's curl backend (http_backend.h): https:// through
+ * libcurl's multi interface on a libuv loop, with libcurl loaded by dlopen
+ * when a client makes its first https request.
  *
  * Why dlopen: linking libcurl makes every baton process map it and the 37
  * libraries behind it (TLS, Kerberos, LDAP, ...) at exec, which costs ~7 ms
  * of start-up and ~6 MiB of RSS, though most processes only ever speak
- * plain http:// to etcd (http.c does that itself). So curl's header is used
- * for its types and constants only, and every curl function is called
- * through the table `cu`, filled by dlsym. The library is never unloaded:
- * libcurl and its TLS libraries keep process-wide state and exit handlers
- * that must not outlive their code.
+ * plain http:// to etcd (the native backend, http_native.c, does that). So
+ * curl's header is used for its types and constants only, and every curl
+ * function is called through the table `cu`, filled by dlsym. The library
+ * is never unloaded: libcurl and its TLS libraries keep process-wide state
+ * and exit handlers that must not outlive their code. When it cannot be
+ * loaded, the client still takes requests and fails each on the next loop
+ * turn with BT_ENOTSUP and dlopen's reason (a bare code returned from
+ * bt_http_request would lose the reason).
  *
  * The shape is curl's multi-uv example: curl tells us which sockets to watch
  * (on_socket) and when to wake it (on_timer_set); uv tells curl when a socket
@@ -20,7 +24,7 @@
  * requested from a data callback only marks the request; the write callback
  * then aborts the transfer and it finishes through the normal path.
  */
-#include "http_int.h"
+#include "http_backend.h"
 #include "err.h"
 
 #include <curl/curl.h>
@@ -31,6 +35,7 @@
 #include <unistd.h>
 
 #define MAX_BODY BT_HTTP_MAX_BODY
+#define NEEDS_CURL "https needs libcurl: "  /* load_error follows */
 
 /* The curl functions used here: name without "curl_", return type, params. */
 #define CURL_FUNCS(XX)                                                        \
@@ -62,14 +67,15 @@ static char load_error[256]; /* why it failed, kept for later callers */
 
 typedef bt__buf_t buf_t;
 
+typedef struct client_s client_t;
 typedef struct curl_req_s curl_req_t;
 
-struct bt_curl_s {
+/* The backend's state for one client of the front end. */
+struct client_s {
   uv_loop_t *loop;
-  CURLM *multi;
+  CURLM *multi;            /* NULL when libcurl could not be loaded */
   uv_timer_t timer;
   curl_req_t *reqs;        /* doubly linked list of requests in flight */
-  int nreq;
   int in_curl;             /* > 0 while inside curl_multi_socket_action */
   int closing;
   CURL *pool[16];          /* reset easy handles kept for reuse */
@@ -78,26 +84,25 @@ struct bt_curl_s {
 };
 
 struct curl_req_s {
-  bt_http_req_t base;      /* first: callers hold &req->base */
-  bt_curl_t *c;
-  CURL *easy;
+  bt_http_req_t base;      /* first: the front end's part */
+  client_t *c;
+  CURL *easy;              /* NULL when libcurl could not be loaded */
   curl_req_t *prev, *next;
   struct curl_slist *hdrs;
   char *body;
-  buf_t resp, head;
-  bt_http_data_cb on_data;
-  bt_http_done_cb on_done;
-  void *arg;
+  buf_t resp;
   int cancel;              /* cancel requested */
   int finishing;           /* finish() has started */
-  int unsent;
-  char errbuf[CURL_ERROR_SIZE];
+  int due;                 /* without libcurl: fails on this timer turn */
 };
+
+/* curl writes its error text into the front end's buffer. */
+_Static_assert(BT__HTTP_ERRTEXT >= CURL_ERROR_SIZE, "errtext fits curl's text");
 
 typedef struct sock_s {
   uv_poll_t poll;
   curl_socket_t fd;
-  bt_curl_t *c;
+  client_t *c;
   struct sock_s *next;
 } sock_t;
 
@@ -168,46 +173,62 @@ static int map_curl(CURLcode code) {
   }
 }
 
-/* Ends req: removes it from curl and the list, runs on_done once, frees. */
+/* Ends req: removes it from curl and the list, reports its end to the
+ * front end once, gives it back. */
 static void finish(curl_req_t *req, int err) {
-  bt_curl_t *c = req->c;
+  client_t *c = req->c;
   long status = 0;
 
   req->finishing = 1;
-  if (!err)
-    cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-  if (err && err != BT_ECANCELED && !req->unsent) {
-    curl_off_t sent = 0;
-    cu.easy_getinfo(req->easy, CURLINFO_REQUEST_SIZE, &sent);
-    if (sent == 0) req->unsent = 1;
+  if (req->easy) {
+    if (!err)
+      cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (err && err != BT_ECANCELED && !req->base.unsent) {
+      curl_off_t sent = 0;
+      cu.easy_getinfo(req->easy, CURLINFO_REQUEST_SIZE, &sent);
+      if (sent == 0) req->base.unsent = 1;
+    }
+    cu.multi_remove_handle(c->multi, req->easy);
   }
-  cu.multi_remove_handle(c->multi, req->easy);
   if (req->prev) req->prev->next = req->next;
   else c->reqs = req->next;
   if (req->next) req->next->prev = req->prev;
-  c->nreq--;
 
   /* A stream's 2xx body went to on_data; any other answer is kept whole. */
-  req->on_done(&req->base, err, status,
-               req->on_data && status >= 200 && status < 300
-                   ? NULL : (req->resp.p ? req->resp.p : ""),
-               req->resp.len, req->arg);
+  bt__http_req_done(&req->base, err, status,
+                    req->base.on_data && status >= 200 && status < 300
+                        ? NULL : (req->resp.p ? req->resp.p : ""),
+                    req->resp.len);
 
-  /* Reusing a reset easy handle saves its setup on every request. */
-  if (c->npool < (int) (sizeof(c->pool) / sizeof(c->pool[0])) && !c->closing) {
-    cu.easy_reset(req->easy);
-    c->pool[c->npool++] = req->easy;
-  } else {
-    cu.easy_cleanup(req->easy);
+  if (req->easy) {
+    /* Reusing a reset easy handle saves its setup on every request. */
+    if (c->npool < (int) (sizeof(c->pool) / sizeof(c->pool[0])) &&
+        !c->closing) {
+      cu.easy_reset(req->easy);
+      c->pool[c->npool++] = req->easy;
+    } else {
+      cu.easy_cleanup(req->easy);
+    }
+    cu.slist_free_all(req->hdrs);
   }
-  cu.slist_free_all(req->hdrs);
   free(req->body);
   free(req->resp.p);
-  free(req->head.p);
-  free(req);
+  bt__http_req_free(&req->base);
 }
 
-static void check_multi_info(bt_curl_t *c) {
+/* Without libcurl: fails the requests started before this timer turn (not
+ * those their on_done starts: they fail on the next one). */
+static void fail_unloaded(client_t *c) {
+  curl_req_t *req;
+  for (req = c->reqs; req; req = req->next) req->due = 1;
+  for (;;) {
+    for (req = c->reqs; req && !req->due; req = req->next) {}
+    if (!req) break;
+    finish(req, BT_ENOTSUP);
+  }
+}
+
+static void check_multi_info(client_t *c) {
   CURLMsg *msg;
   int pending;
   curl_req_t *req, *next;
@@ -220,7 +241,7 @@ static void check_multi_info(bt_curl_t *c) {
       int err = req->cancel ? BT_ECANCELED : map_curl(code);
       if (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
           code == CURLE_COULDNT_RESOLVE_PROXY)
-        req->unsent = 1;
+        req->base.unsent = 1;
       /* msg is invalid after remove_handle, so nothing of it is used below */
       finish(req, err);
     }
@@ -232,7 +253,7 @@ static void check_multi_info(bt_curl_t *c) {
   }
 }
 
-static void socket_action(bt_curl_t *c, curl_socket_t fd, int flags) {
+static void socket_action(client_t *c, curl_socket_t fd, int flags) {
   int running;
   c->in_curl++;
   cu.multi_socket_action(c->multi, fd, flags, &running);
@@ -252,7 +273,9 @@ static void on_poll(uv_poll_t *p, int status, int events) {
 }
 
 static void on_timer(uv_timer_t *t) {
-  socket_action(t->data, CURL_SOCKET_TIMEOUT, 0);
+  client_t *c = t->data;
+  if (!c->multi) fail_unloaded(c);
+  else socket_action(c, CURL_SOCKET_TIMEOUT, 0);
 }
 
 static void on_sock_close(uv_handle_t *hd) {
@@ -262,7 +285,7 @@ static void on_sock_close(uv_handle_t *hd) {
 /* The poll handle of fd, if one is kept (a kept-alive connection's handle
  * outlives its transfers: stopping a poll is cheaper than closing it and
  * making a new one, which costs epoll and ioctl calls per request). */
-static sock_t *sock_find(bt_curl_t *c, curl_socket_t fd) {
+static sock_t *sock_find(client_t *c, curl_socket_t fd) {
   sock_t *sk;
   for (sk = c->socks; sk; sk = sk->next)
     if (sk->fd == fd) return sk;
@@ -270,7 +293,7 @@ static sock_t *sock_find(bt_curl_t *c, curl_socket_t fd) {
 }
 
 static void sock_drop(sock_t *sk) {
-  bt_curl_t *c = sk->c;
+  client_t *c = sk->c;
   sock_t **pp = &c->socks;
   while (*pp && *pp != sk) pp = &(*pp)->next;
   if (*pp) *pp = sk->next;
@@ -280,7 +303,7 @@ static void sock_drop(sock_t *sk) {
 /* curl closes its sockets through here, so that the poll handle is closed
  * (and libuv stops watching the fd) before the fd is, never after. */
 static int on_close_socket(void *userp, curl_socket_t fd) {
-  bt_curl_t *c = userp;
+  client_t *c = userp;
   sock_t *sk = sock_find(c, fd);
   if (sk) sock_drop(sk);
   return close(fd);
@@ -289,7 +312,7 @@ static int on_close_socket(void *userp, curl_socket_t fd) {
 /* curl's socket callback: start, change or stop watching fd. */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
                      void *socketp) {
-  bt_curl_t *c = userp;
+  client_t *c = userp;
   sock_t *sk = socketp;
   int events = 0;
 
@@ -323,7 +346,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
  * loop's next turn, never synchronously. (Rounding it up to 1 ms, as some
  * examples do, adds a millisecond to every request.) */
 static int on_timer_set(CURLM *m, long ms, void *userp) {
-  bt_curl_t *c = userp;
+  client_t *c = userp;
   if (ms < 0) uv_timer_stop(&c->timer);
   else uv_timer_start(&c->timer, on_timer, (uint64_t) ms, 0);
   return 0;
@@ -334,11 +357,11 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
   size_t len = sz * n;
   long status = 0;
   if (req->cancel) return 0;
-  if (req->on_data) {
+  if (req->base.on_data) {
     cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     /* An error status streams an error body: keep it whole for on_done. */
     if (status >= 200 && status < 300) {
-      req->on_data(&req->base, p, len, req->arg);
+      req->base.on_data(&req->base, p, len, req->base.arg);
       return req->cancel ? 0 : len;
     }
   }
@@ -348,94 +371,89 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   curl_req_t *req = ud;
   size_t len = sz * n;
-  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) req->head.len = 0;
-  return bt__buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) req->base.head.len = 0;
+  return bt__buf_add(&req->base.head, p, len, MAX_BODY) ? 0 : len;
 }
 
-bt_curl_t *bt_curl_new(uv_loop_t *loop, int *err, char *why, size_t whylen) {
-  bt_curl_t *c;
-  int e = BT_ENOMEM;
+/* Makes the client; loads libcurl first if this is the process's first
+ * https request. Without libcurl the client is made all the same (with no
+ * multi handle), to fail its requests with the reason. */
+static void *curl_open(uv_loop_t *loop) {
+  client_t *c = calloc(1, sizeof(*c));
 
-  if (why && whylen) why[0] = '\0';
-  if (load_curl()) {
-    e = BT_ENOTSUP;
-    if (why && whylen)
-      snprintf(why, whylen, "https needs libcurl: %s", load_error);
-    goto fail;
-  }
-  c = calloc(1, sizeof(*c));
-  if (!c) goto fail;
+  if (!c) return NULL;
   c->loop = loop;
-  c->multi = cu.multi_init();
-  if (!c->multi) {
-    free(c);
-    goto fail;
+  if (load_curl() == 0) {
+    c->multi = cu.multi_init();
+    if (!c->multi) {
+      free(c);
+      return NULL;
+    }
+    cu.multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    cu.multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    cu.multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer_set);
+    cu.multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    cu.multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 64L);
+    /* A burst of requests queues in curl beyond this many connections to
+     * one endpoint instead of opening a socket (and buffers) per request.
+     * Streams (watches) hold a connection each, so the bound is generous. */
+    cu.multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 256L);
   }
-  cu.multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  cu.multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-  cu.multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer_set);
-  cu.multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
-  cu.multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 64L);
-  /* A burst of requests queues in curl beyond this many connections to one
-   * endpoint instead of opening a socket (and buffers) per request.
-   * Streams (watches) hold a connection each, so the bound is generous. */
-  cu.multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 256L);
   uv_timer_init(loop, &c->timer);
   c->timer.data = c;
-  if (err) *err = 0;
   return c;
-
-fail:
-  if (err) *err = e;
-  if (e == BT_ENOMEM && why && whylen) snprintf(why, whylen, "out of memory");
-  return NULL;
 }
 
 static void on_timer_close(uv_handle_t *hd) {
-  bt_curl_t *c = hd->data;
+  client_t *c = hd->data;
   free(c);
 }
 
-void bt_curl_close(bt_curl_t *c) {
-  if (!c || c->closing) return;
+static void curl_close(void *client) {
+  client_t *c = client;
   c->closing = 1;
   while (c->reqs) finish(c->reqs, BT_ECANCELED);
   while (c->npool) cu.easy_cleanup(c->pool[--c->npool]);
   /* curl_multi_cleanup closes cached connections: REMOVE callbacks close
    * their polls before the loop runs again. */
-  cu.multi_cleanup(c->multi);
+  if (c->multi) cu.multi_cleanup(c->multi);
   c->multi = NULL;
   while (c->socks) sock_drop(c->socks); /* sockets curl did not close */
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *) &c->timer, on_timer_close);
 }
 
-int bt_curl_request(bt_curl_t *c, const bt_http_opts_t *o,
-                    bt_http_req_t **out) {
-  curl_req_t *req;
+static void link_req(client_t *c, curl_req_t *req) {
+  req->next = c->reqs;
+  if (c->reqs) c->reqs->prev = req;
+  c->reqs = req;
+}
+
+static int curl_start(void *client, bt_http_req_t *base,
+                      const bt_http_opts_t *o) {
+  client_t *c = client;
+  curl_req_t *req = (curl_req_t *) base;
   CURL *e;
   const char *method = o->method;
   int i;
 
-  if (!o->url || !o->on_done) return BT_EINVAL;
-  if (c->closing) return BT_ECLOSED;
-  req = calloc(1, sizeof(*req));
-  if (!req) return BT_ENOMEM;
-  e = c->npool ? c->pool[--c->npool] : cu.easy_init();
-  if (!e) {
-    free(req);
-    return BT_ENOMEM;
-  }
-  req->base.backend = BT_HTTP_CURL;
   req->c = c;
+  if (!c->multi) {
+    req->base.unsent = 1;
+    snprintf(req->base.errtext, sizeof(req->base.errtext), "%s%.*s",
+             NEEDS_CURL, (int) (sizeof(req->base.errtext) - sizeof(NEEDS_CURL)),
+             load_error);
+    link_req(c, req);
+    uv_timer_start(&c->timer, on_timer, 0, 0);
+    return 0;
+  }
+  e = c->npool ? c->pool[--c->npool] : cu.easy_init();
+  if (!e) return BT_ENOMEM;
   req->easy = e;
-  req->on_data = o->on_data;
-  req->on_done = o->on_done;
-  req->arg = o->arg;
 
   cu.easy_setopt(e, CURLOPT_URL, o->url);
   cu.easy_setopt(e, CURLOPT_PRIVATE, (char *) req);
-  cu.easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
+  cu.easy_setopt(e, CURLOPT_ERRORBUFFER, req->base.errtext);
   cu.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   /* No proxy: etcd is reached directly, and it spares curl reading the
    * proxy variables of the environment on every request. */
@@ -489,42 +507,25 @@ int bt_curl_request(bt_curl_t *c, const bt_http_opts_t *o,
   cu.easy_setopt(e, CURLOPT_HTTPHEADER, req->hdrs);
 
   if (cu.multi_add_handle(c->multi, e) != CURLM_OK) goto nomem;
-  req->next = c->reqs;
-  if (c->reqs) c->reqs->prev = req;
-  c->reqs = req;
-  c->nreq++;
-  if (out) *out = &req->base;
+  link_req(c, req);
   return 0;
 
 nomem:
   cu.easy_cleanup(e);
   cu.slist_free_all(req->hdrs);
+  req->hdrs = NULL;
   free(req->body);
-  free(req);
+  req->body = NULL;
   return BT_ENOMEM;
 }
 
-void bt_curl_cancel(bt_http_req_t *r) {
-  curl_req_t *req = (curl_req_t *) r;
+static void curl_cancel(bt_http_req_t *base) {
+  curl_req_t *req = (curl_req_t *) base;
   if (req->cancel || req->finishing) return;
   req->cancel = 1;
   if (!req->c->in_curl) finish(req, BT_ECANCELED);
 }
 
-int bt_curl_req_unsent(const bt_http_req_t *r) {
-  return ((const curl_req_t *) r)->unsent;
-}
-
-const char *bt_curl_req_headers(const bt_http_req_t *r, size_t *len) {
-  const curl_req_t *req = (const curl_req_t *) r;
-  if (len) *len = req->head.len;
-  return req->head.p ? req->head.p : "";
-}
-
-const char *bt_curl_req_errtext(const bt_http_req_t *r) {
-  return ((const curl_req_t *) r)->errbuf;
-}
-
-int bt_curl_active(const bt_curl_t *c) {
-  return c->nreq;
-}
+const bt__http_backend_t bt__http_curl = {
+  sizeof(curl_req_t), curl_open, curl_close, curl_start, curl_cancel,
+};

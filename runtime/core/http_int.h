@@ -1,9 +1,9 @@
 /*
- * Inside the HTTP client: http.c speaks HTTP/1.1 itself over libuv TCP for
- * http:// URLs and hands https:// URLs to http_curl.c, which loads libcurl
- * with dlopen on first use. A process that never makes an https request
- * never maps libcurl and the TLS stack behind it (38 shared objects, ~6 MiB
- * of RSS and ~7 ms of start-up).
+ * Inside the HTTP client, apart from sockets: the byte buffer every part of
+ * it uses and the HTTP/1.1 response parser of the native backend (both in
+ * http_parse.c, which fuzz/http_fuzz.c and tests/c/test-http-parse.c also
+ * use on their own). How the front end and its backends fit together is
+ * http_backend.h.
  */
 #ifndef BATON_HTTP_INT_H
 #define BATON_HTTP_INT_H
@@ -12,8 +12,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-enum { BT_HTTP_NATIVE = 0, BT_HTTP_CURL = 1 };
 
 #define BT_HTTP_MAX_BODY (512u << 20)   /* a buffered response body */
 #define BT_HTTP_MAX_HEAD (256u << 10)   /* a response's header block, or one line */
@@ -82,29 +80,5 @@ int bt__http_parse(bt__http_parser_t *p, const char *data, size_t n,
 /** True when the peer closing the connection now completes the response
  * (its body is framed by the close). */
 int bt__http_parser_eof_ends(const bt__http_parser_t *p);
-
-/* The first member of both backends' requests: which backend owns it. */
-struct bt_http_req_s {
-  int backend;
-};
-
-typedef struct bt_curl_s bt_curl_t;
-
-/** Loads libcurl (once per process) and makes a client on loop. NULL on
- * failure, with *err set (BT_ENOTSUP when libcurl cannot be loaded,
- * BT_ENOMEM) and the reason written to why (e.g. dlerror's text). */
-bt_curl_t *bt_curl_new(uv_loop_t *loop, int *err, char *why, size_t whylen);
-
-/** As bt_http_close, for the curl client. */
-void bt_curl_close(bt_curl_t *c);
-
-/** As bt_http_request; the request's base.backend is BT_HTTP_CURL. */
-int bt_curl_request(bt_curl_t *c, const bt_http_opts_t *o, bt_http_req_t **out);
-
-void bt_curl_cancel(bt_http_req_t *req);
-int bt_curl_req_unsent(const bt_http_req_t *req);
-const char *bt_curl_req_headers(const bt_http_req_t *req, size_t *len);
-const char *bt_curl_req_errtext(const bt_http_req_t *req);
-int bt_curl_active(const bt_curl_t *c);
 
 #endif

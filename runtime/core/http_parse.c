@@ -1,8 +1,10 @@
 /*
- * The HTTP/1.1 response parser of http.c, apart from the sockets: bytes in,
- * events out (http_int.h). http.c feeds it what a connection reads and acts
- * on each event (deliver body bytes, judge the body's size, complete or
- * fail the request); fuzz/http_fuzz.c feeds it anything, split anywhere.
+ * The HTTP/1.1 response parser of the native backend, apart from the
+ * sockets: bytes in, events out (http_int.h). http_native.c feeds it what a
+ * connection reads and acts on each event (deliver body bytes, judge the
+ * body's size, complete or fail the request); fuzz/http_fuzz.c feeds it
+ * anything, split anywhere. Also the byte buffer (bt__buf_add) that every
+ * part of the client uses.
  *
  * It never calls out and never allocates beyond two buffers: the line
  * buffer it owns (a line split across feeds) and the header block, which

@@ -460,6 +460,7 @@ struct res_s {
   bt_http_req_t *req;
   int ndata, cancelled, data_after_cancel;
   int cancel_on_data;        /* cancel at the first piece */
+  bt_http_t *close_on_data;  /* bt_http_close() this at the first piece */
   const int *watch;          /* a flag to sample at the first piece */
   int watch_at_first;
   int cancel_self_on_done;   /* bt_http_cancel(req) inside on_done */
@@ -516,6 +517,10 @@ static void on_data(bt_http_req_t *req, const char *p, size_t n, void *arg) {
   if (r->cancel_on_data && !r->cancelled) {
     r->cancelled = 1;
     bt_http_cancel(req);
+  }
+  if (r->close_on_data && !r->cancelled) {
+    r->cancelled = 1;
+    bt_http_close(r->close_on_data);
   }
 }
 
@@ -1596,6 +1601,80 @@ static void test_https(uv_loop_t *loop) {
   res_free(&r);
 }
 
+/* ---- 16. both backends in one client ------------------------------ */
+
+static void test_two_backends(uv_loop_t *loop) {
+  srv_t *s = srv_new(loop);
+  bt_http_t *h = bt_http_new(loop);
+  res_t plain = {0}, tls = {0};
+  bt_http_opts_t o;
+  char tls_url[64];
+
+  /* Silent: the http request waits for its answer, the https one for the
+   * server's TLS hello. */
+  srv_script(s, 0, NULL, 0);
+  snprintf(tls_url, sizeof(tls_url), "https://127.0.0.1:%d/", s->port);
+  o = opts(&plain, mkurl(s, "/plain"));
+  start(h, &o, &plain);
+  o = opts(&tls, tls_url);
+  o.insecure = 1;
+  start(h, &o, &tls);
+  wait_for(loop, &s->accepts, 2, 3000);
+  is_int(bt_http_active(h), 2, "two backends: http and https counted");
+  bt_http_close(h);
+  ok(plain.done == 1 && plain.err == BT_ECANCELED &&
+     tls.done == 1 && tls.err == BT_ECANCELED,
+     "two backends: close cancels both (%d %d)", plain.err, tls.err);
+  finish(loop, NULL, "two backends");
+  res_free(&plain);
+  res_free(&tls);
+
+  /* Closing the client from an https request's on_done ends the http one
+   * too, and the client is freed only after both are given back. */
+  s = srv_new(loop);
+  srv_script(s, 0, NULL, 0);
+  h = bt_http_new(loop);
+  o = opts(&plain, mkurl(s, "/plain"));
+  start(h, &o, &plain);
+  wait_for(loop, &s->nreq, 1, 2000);
+  o = opts(&tls, "https://127.0.0.1:1/");
+  tls.close_on_done = h;
+  start(h, &o, &tls);
+  wait_for(loop, &tls.done, 1, 6000);
+  ok(tls.done == 1 && tls.err != 0 && tls.err != BT_ECANCELED,
+     "close in an https on_done: that request failed on its own (%s)",
+     tls.err ? bt_err_name(tls.err) : "0");
+  ok(plain.done == 1 && plain.err == BT_ECANCELED,
+     "close in an https on_done: the http request cancelled");
+  finish(loop, NULL, "close in an https on_done");
+  res_free(&plain);
+  res_free(&tls);
+
+  /* Closing the client from an http stream's on_data: the https request
+   * ends at once, the stream when its on_data has returned. */
+  s = srv_new(loop);
+  s->on_req = h_stream_long;
+  h = bt_http_new(loop);
+  snprintf(tls_url, sizeof(tls_url), "https://127.0.0.1:%d/", s->port);
+  o = opts(&tls, tls_url);
+  o.insecure = 1;
+  start(h, &o, &tls);
+  o = opts(&plain, mkurl(s, "/watch"));
+  o.on_data = on_data;
+  plain.close_on_data = h;
+  plain.watch = &tls.done;
+  start(h, &o, &plain);
+  wait_for(loop, &plain.done, 1, 3000);
+  ok(plain.ndata == 1 && plain.watch_at_first == 0 && plain.done == 1 &&
+     plain.err == BT_ECANCELED, "close in a stream's on_data: the stream "
+     "cancelled after its on_data");
+  ok(tls.done == 1 && tls.err == BT_ECANCELED,
+     "close in a stream's on_data: the https request cancelled");
+  finish(loop, NULL, "close in a stream's on_data");
+  res_free(&plain);
+  res_free(&tls);
+}
+
 int main(void) {
   uv_loop_t loop;
   uint64_t t0 = now_ms();
@@ -1623,6 +1702,7 @@ int main(void) {
   test_close_inflight(&loop);
   test_names(&loop);
   test_https(&loop);
+  test_two_backends(&loop);
   is_int(twice, 0, "no on_done ran twice");
   uv_close((uv_handle_t *) &watchdog, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
