@@ -412,7 +412,8 @@ end
 -- get_run(job, id [, {attempt = n}]) --> the run record with job, key and
 -- output: the kept lines of every attempt (or of attempt n), in order, as
 -- `baton job logs --json` prints them ({attempt, n, t, stream, text, ...};
--- {attempt, dropped, cap} where the cap dropped lines).
+-- {attempt, dropped, cap} where the cap dropped lines). id "latest": the
+-- run created last (as `baton job logs NAME` picks it).
 function M.get_run(name, id, opts)
   opts = opts or {}
   local ok, nerr, ncode = check_name("job", name)
@@ -422,6 +423,19 @@ function M.get_run(name, id, opts)
   end
   local e = etcd()
   local P = U.prefix()
+  if id == "latest" then
+    -- (no run id is a word: instants, task and event ids start with digits)
+    local l, lerr, lcode = e:get(U.key("runs", name) .. "/", { prefix = true, sort = "create", order = "desc",
+                                                               limit = 1, keys_only = true })
+    if not l then return nil, lerr, lcode end
+    if not l.kvs[1] then
+      local jkv, jerr, jcode = get_job(name)
+      if jkv == nil then return nil, jerr, jcode end
+      if not jkv then return fail("ENOENT: no job " .. name .. " at " .. U.key("jobs", name), "ENOENT") end
+      return fail("ENOENT: job " .. name .. " has no runs yet", "ENOENT")
+    end
+    id = l.kvs[1].key:sub(#U.key("runs", name) + 2)
+  end
   local r, err, code = e:txn { success = {
     { get = { key = U.key("runs", name, id) } },
     { get = { key = output.run_prefix(P, name, id), prefix = true } },

@@ -329,6 +329,12 @@ do
   T.like(killed and killed.killed_by or "", "^http 127%.0%.0%.1:", "recorded as killed through the API")
   T.is(api("POST", "/api/v1/jobs/slow/kill?id=" .. tostring(sid)).status, 409, "kill of an ended run: 409")
   T.is(api("POST", "/api/v1/jobs/slow/kill?id=nope").status, 404, "kill of a run that is not there: 404")
+  r = api("GET", "/api/v1/runs/slow/latest")
+  T.ok(r.status == 200 and r.json.key == sid and r.json.state == "killed", "runs/JOB/latest: the newest run")
+  api("PUT", "/api/v1/jobs/idle", { body = 'return { schedule = "@manual", run = function() end }' })
+  r = api("GET", "/api/v1/runs/idle/latest")
+  T.is(r.status, 404, "runs/JOB/latest of a job without runs: 404")
+  T.like(r.json and r.json.error or "", "job idle has no runs yet", "404: says so")
 end
 
 -- 5. pause, resume; the listing against job ls --json; nodes; leader.
