@@ -36,7 +36,7 @@ ok() { # STATUS NAME
   if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi
   return "$1"
 }
-diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
+diag() { if [ $# -gt 0 ]; then printf '%s\n' "$@"; else cat; fi | sed 's/^/# /'; } # ARGS, or stdin
 skip_all() { echo "1..0 # SKIP $1"; exit 0; }
 
 command -v node >/dev/null || skip_all "node is not installed (make deps)"

@@ -14,7 +14,7 @@ ok() { # STATUS NAME
   n=$((n + 1))
   if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi
 }
-diag() { printf '%s\n' "$@" | sed 's/^/# /' >&2; }
+diag() { if [ $# -gt 0 ]; then printf '%s\n' "$@"; else cat; fi | sed 's/^/# /' >&2; } # ARGS, or stdin
 
 scratch=$(mktemp -d "${BATON_TEST_TMP:-${TMPDIR:-/tmp}}/demo-test.XXXXXX")
 trap 'rm -rf -- "$scratch"' EXIT

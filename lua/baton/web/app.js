@@ -169,9 +169,15 @@
       if (el.textContent !== txt) el.textContent = txt;
     }
     for (const el of document.querySelectorAll('.since[data-t]')) {
-      const txt = `${dur(nowSec() - Number(el.dataset.t))}+`;
+      const txt = sinceText(Number(el.dataset.t));
       if (el.textContent !== txt) el.textContent = txt;
     }
+  }
+
+  // How long a running run has run: whole seconds, "+" for "and counting".
+  function sinceText(t) {
+    const d = nowSec() - t;
+    return d < 1 ? '<1s' : `${dur(Math.floor(d))}+`;
   }
 
   // RFC 3339 (as job ls prints next instants) to epoch seconds.
@@ -233,7 +239,7 @@
     const d = runDuration(r);
     if (d !== null) return h('td', { class: 'num' }, dur(d));
     if (r.state === 'running' && num(r.started) !== null) {
-      return h('td', { class: 'num' }, h('span', { class: 'since', data: { t: r.started } }, `${dur(nowSec() - r.started)}+`));
+      return h('td', { class: 'num' }, h('span', { class: 'since', data: { t: r.started } }, sinceText(r.started)));
     }
     return h('td', { class: 'num muted' }, '–');
   }
@@ -919,7 +925,7 @@
     add('started', num(r.started) !== null ? [timeEl(r.started), ' ', h('span', { class: 'rel muted', data: { t: r.started } }, rel(r.started))] : null);
     add('finished', num(r.finished) !== null ? timeEl(r.finished) : null);
     const d = runDuration(r);
-    add('duration', d !== null ? dur(d) : (r.state === 'running' && num(r.started) !== null ? h('span', { class: 'since', data: { t: r.started } }, `${dur(nowSec() - r.started)}+`) : null));
+    add('duration', d !== null ? dur(d) : (r.state === 'running' && num(r.started) !== null ? h('span', { class: 'since', data: { t: r.started } }, sinceText(r.started)) : null));
     const l = runLateness(r);
     add('lateness', l !== null ? `${dur(l)} (start − instant)` : null);
     add('retry at', num(r.retry_at) !== null ? timeEl(r.retry_at) : null);
