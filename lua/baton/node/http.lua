@@ -579,7 +579,11 @@ function M.start(self, opts)
   -- it now, once the job store is listed.
   self.go(function()
     while not self.listed and not self.stopping do baton.sleep(0.1) end
-    if not self.stopping and h.server then API.jobs(self) end
+    if not self.stopping and h.server then
+      API.jobs(self)
+      -- (the listing's garbage goes at once, as after the node's own)
+      collectgarbage()
+    end
   end)
   return srv
 end

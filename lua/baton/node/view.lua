@@ -14,6 +14,7 @@ local job = require "baton.job"
 local U = require "baton.cli.util"
 
 local M = {}
+M.PAGE = 1000 -- keys per request while listing a mirror
 local V = {}
 V.__index = V
 
@@ -22,15 +23,18 @@ function M.new(self)
                         version = 0, ready = false, watchers = {} }, V)
 end
 
--- Applies one put (value) or delete (nil) of key under the prefix.
+-- Applies one put (value) or delete (nil) of P status/<job>/<node>. Only
+-- the statuses that say something to a listing are kept: an error, or the
+-- revision a node still runs (a healthy status says neither).
 local function apply_status(v, rest, value)
   local jname, node = rest:match("^([^/]+)/(.+)$")
   if not jname then return end
   local t = v.status[jname]
-  if value then
-    local d = U.decode_object(value) or {}
+  local d = value and (U.decode_object(value) or {}) -- (as job ls reads it)
+  local err, running = d and U.field(d, "error"), d and U.field(d, "running")
+  if err or running then
     if not t then t = {}; v.status[jname] = t end
-    t[node] = { node = node, error = U.field(d, "error"), running = U.field(d, "running") }
+    t[node] = { node = node, error = err, running = running }
   elseif t then
     t[node] = nil
     if next(t) == nil then v.status[jname] = nil end
@@ -47,14 +51,29 @@ end
 local function follow(v, sub, apply, clear)
   local self = v.node
   local pfx = self.P .. sub
+  local stop = require("baton.etcd").prefix_end(pfx)
+  -- Lists the prefix at one revision in pages of M.PAGE keys (a response
+  -- of 30,000 statuses at once would grow the heap by tens of MB for a
+  -- moment). Returns the revision, or nil.
+  local function list()
+    clear(v)
+    local from, rev = pfx, nil
+    while true do
+      local r = self.e:get(from, { range_end = stop, limit = M.PAGE, revision = rev, sort = "key" })
+      if not r then return nil end
+      rev = rev or r.revision
+      for _, kv in ipairs(r.kvs) do apply(v, kv.key:sub(#pfx + 1), kv.value) end
+      if not r.more or #r.kvs == 0 then return rev end
+      from = r.kvs[#r.kvs].key .. "\0"
+    end
+  end
   self.forever(function()
     while not self.stopping and not v.closed do
-      local r = self.e:get(pfx, { prefix = true })
-      if not r then
+      local rev = list()
+      if not rev then
         baton.sleep(1)
       else
-        clear(v)
-        for _, kv in ipairs(r.kvs) do apply(v, kv.key:sub(#pfx + 1), kv.value) end
+        local r = { revision = rev }
         v.version = v.version + 1
         v.listed[sub] = true
         local w = self.e:watch(pfx, { prefix = true, start_revision = r.revision + 1 })
