@@ -392,6 +392,39 @@ do
   T.is(api("POST", "/api/v1/queues/bad%20q/tasks", { body = "x" }).status, 400, "an invalid queue name: 400")
 end
 
+-- 6b. The CLI's writes with --json print what the API answers.
+do
+  local function keys(t)
+    local l = {}
+    for k in pairs(type(t) == "table" and t or {}) do l[#l + 1] = k end
+    table.sort(l)
+    return table.concat(l, ",")
+  end
+  local src = 'return { schedule = "@manual", run = function() end }'
+  F.write(dir .. "/w.lua", src)
+  local pairs_ = {
+    { cli = { "job", "put", dir .. "/w.lua", "--json" }, api = { "PUT", "/api/v1/jobs/w", src }, what = "job put" },
+    { cli = { "job", "pause", "w", "--json" }, api = { "POST", "/api/v1/jobs/w/pause" }, what = "job pause" },
+    { cli = { "job", "resume", "w", "--json" }, api = { "POST", "/api/v1/jobs/w/resume" }, what = "job resume" },
+    { cli = { "job", "run", "w", "--json" }, api = { "POST", "/api/v1/jobs/w/run" }, what = "job run" },
+    { cli = { "queue", "push", "q", "v", "--json" }, api = { "POST", "/api/v1/queues/q/tasks", "v" }, what = "queue push" },
+    { cli = { "policy", "put", dir .. "/w.lua", "--name", "pw", "--json" }, what = "policy put",
+      api = { "PUT", "/api/v1/policies/pw", "return { claim_delay = function() return 0 end }" } },
+  }
+  F.write(dir .. "/w.lua", src)
+  for _, pr in ipairs(pairs_) do
+    if pr.what == "policy put" then F.write(dir .. "/w.lua", pr.api[3]) end
+    local got = cli_json(unpack(pr.cli))
+    local r = api(pr.api[1], pr.api[2], { body = pr.api[3] })
+    T.ok(keys(got) ~= "" and keys(got) == keys(r.json), ("baton %s --json and %s %s: the same fields (%s | %s)")
+      :format(pr.what, pr.api[1], pr.api[2], keys(got), keys(r.json)))
+  end
+  local got = cli_json("job", "rm", "w", "--json")
+  T.is_deeply(got, { name = "w", removed = true, purged = 0 }, "baton job rm --json: the body of DELETE")
+  got = cli_json("policy", "rm", "pw", "--json")
+  T.is_deeply(got, { name = "pw", removed = true, now = "the default policy" }, "baton policy rm --json: the body of DELETE")
+end
+
 -- 7. DELETE a job; the request counts in /metrics.
 do
   T.is(api("DELETE", "/api/v1/jobs/hello?purge=maybe").status, 400, "purge=maybe: 400")

@@ -26,14 +26,14 @@ local format, concat = string.format, table.concat
 local e = baton.etcd
 
 local USAGES = {
-  put = "baton job put FILE.lua [--name NAME]",
+  put = "baton job put FILE.lua [--name NAME] [--json]",
   ls = "baton job ls [--json]",
   show = "baton job show NAME [--json]",
-  rm = "baton job rm NAME [--purge]",
-  run = "baton job run NAME [--force] [--param k=v ...]",
+  rm = "baton job rm NAME [--purge] [--json]",
+  run = "baton job run NAME [--force] [--param k=v ...] [--json]",
   kill = "baton job kill NAME [ID]",
-  pause = "baton job pause NAME",
-  resume = "baton job resume NAME",
+  pause = "baton job pause NAME [--json]",
+  resume = "baton job resume NAME [--json]",
   history = "baton job history NAME [-n N] [--json]",
   logs = "baton job logs NAME [ID] [--attempt N] [-f] [--json]",
 }
@@ -47,20 +47,24 @@ local HELPS = {
   put = [[Validates FILE.lua as baton check does, refuses a policy that is neither
 stored nor built in and a file over etcd's request limit, then stores the
 source at <prefix>jobs/NAME (default NAME: the file's base name). Warns when
-no live node has the job's labels.]],
+no live node has the job's labels. --json prints {name, key, revision,
+created, warnings}, the body of PUT /api/v1/jobs/NAME (docs/api.md).]],
   ls = "One line per job: schedule, zone, next instant, state, last run.",
   show = "The job's spec, the revision each node loaded (or its error), the last 10 runs.",
-  rm = "Deletes the job, its paused flag, node statuses and triggers; --purge also its run records.",
+  rm = [[Deletes the job, its paused flag, node statuses and triggers; --purge also its
+run records. --json prints {name, removed, purged}.]],
   run = [[Asks for one run now, honouring the job's concurrency unless --force. Each
 --param k=v sets ctx.params.k for this run; the job must declare k in its
 params table, whose values are the defaults. Refused when no live node can
-run the job.]],
+run the job. --json prints {job, id, key, force, params}, the body of POST
+/api/v1/jobs/NAME/run.]],
   kill = [[Stops a running run of the job (without ID: every running run of it):
 ctx:cancelled() turns true and its processes get SIGTERM, then after the
 node's grace period every process of the run is killed. The run is recorded
 killed, by $USER@host, and is not retried or run again.]],
-  pause = "No new instants of the job until resume (runs already started finish).",
-  resume = "The job fires again from its next instant.",
+  pause = "No new instants of the job until resume (runs already started finish).\n"
+    .. "--json prints {job, paused, changed}.",
+  resume = "The job fires again from its next instant. --json prints {job, paused, changed}.",
   history = "Run records, newest first (default 20): id, node, attempt, state, duration, error.",
   logs = [[Prints the kept output of the job's newest run (or run ID), its last
 attempt unless --attempt N. -f follows a running run live, through an etcd
@@ -127,6 +131,10 @@ function sub.put(pos, opts)
     -- (a source that does not validate is named by its file; etcd's
     -- refusal by the job)
     return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err)
+  end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
   end
   io.stdout:write(format("%s job %s at %s (revision %d)\n",
     r.created and "created" or "updated", name, r.key, r.revision))
@@ -268,16 +276,24 @@ function sub.rm(pos, opts)
   local name = one_name("rm", pos)
   local r, err = ops.rm_job(name, { purge = opts.purge })
   if not r then return die("rm", name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
   io.stdout:write(format("removed job %s%s\n", name,
     opts.purge and format(" and its %d run records", r.purged) or " (run history kept; --purge removes it)"))
   baton.exit(0)
 end
 
 -- Sets or clears the paused flag of an existing job.
-local function set_paused(sub_name, pos, paused)
+local function set_paused(sub_name, pos, opts, paused)
   local name = one_name(sub_name, pos)
   local r, err = (paused and ops.pause_job or ops.resume_job)(name)
   if not r then return die(sub_name, name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
   if paused then
     io.stdout:write(r.changed and format("paused job %s\n", name) or format("job %s was already paused\n", name))
   else
@@ -286,8 +302,8 @@ local function set_paused(sub_name, pos, paused)
   baton.exit(0)
 end
 
-function sub.pause(pos) return set_paused("pause", pos, true) end
-function sub.resume(pos) return set_paused("resume", pos, false) end
+function sub.pause(pos, opts) return set_paused("pause", pos, opts, true) end
+function sub.resume(pos, opts) return set_paused("resume", pos, opts, false) end
 
 -- The --param k=v of baton job run, as {k = v}; a malformed one is a usage
 -- error.
@@ -307,6 +323,10 @@ function sub.run(pos, opts)
   local given = given_params(opts.param)
   local r, err = ops.run_job(name, { params = given, force = opts.force or false })
   if not r then return die("run", name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
   local p = {}
   for _, k in ipairs(U.sorted_keys(given)) do p[#p + 1] = format("%s=%q", k, given[k]) end
   io.stdout:write(format("queued a manual run of %s%s (%s): run %s%s; a live node will start it\n", name,
@@ -576,14 +596,14 @@ end
 
 local FLAGS = {
   logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
-  put = { name = "string" },
+  put = { name = "string", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
   history = { n = "count", json = "flag" },
-  rm = { purge = "flag" },
-  run = { force = "flag", param = "list" },
+  rm = { purge = "flag", json = "flag" },
+  run = { force = "flag", param = "list", json = "flag" },
   kill = {},
-  pause = {}, resume = {},
+  pause = { json = "flag" }, resume = { json = "flag" },
 }
 
 return function(...)

@@ -17,19 +17,21 @@ local ops = require "baton.ops"
 local format, concat = string.format, table.concat
 
 local USAGES = {
-  put = "baton policy put FILE.lua [--name NAME]",
+  put = "baton policy put FILE.lua [--name NAME] [--json]",
   ls = "baton policy ls [--json]",
   show = "baton policy show NAME [--json]",
-  rm = "baton policy rm NAME",
+  rm = "baton policy rm NAME [--json]",
 }
 local USAGE = "baton policy put|ls|show|rm ..."
 for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       " .. USAGES[k] end
 local HELPS = {
   put = [[Checks FILE.lua (compile, fields, self-test) and stores it at
-<prefix>policies/NAME; every node uses it from its next decision on.]],
+<prefix>policies/NAME; every node uses it from its next decision on.
+--json prints the body of PUT /api/v1/policies/NAME (docs/api.md).]],
   ls = "Every policy, stored and built in, with its functions and each node's load status.",
   show = "A policy's source revision, its functions, and each node's load status.",
-  rm = "Deletes a stored policy; jobs naming it use the built-in of that name, or the default.",
+  rm = [[Deletes a stored policy; jobs naming it use the built-in of that name, or the
+default. --json prints {name, removed, now}.]],
 }
 local HELP = "Scheduling policies (docs/policies.md). baton policy SUBCOMMAND --help says more."
 local current
@@ -74,6 +76,10 @@ function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "policy", usage, die)
   local r, err, code, extra = ops.put_policy(name, source, { chunkname = file })
   if not r then return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
   io.stdout:write(format("%s policy %s at %s (revision %d)%s%s\n",
     r.created and "created" or "updated", name, r.key, r.revision,
     r.overrides_builtin and format(", overriding the built-in %s", name) or "",
@@ -144,19 +150,23 @@ function sub.show(pos, opts)
   baton.exit(0)
 end
 
-function sub.rm(pos)
+function sub.rm(pos, opts)
   local name = one_name(pos)
   local r, err = ops.rm_policy(name)
   if not r then return die("rm", name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
   io.stdout:write(format("removed policy %s; jobs naming it now use %s\n", name, r.now))
   baton.exit(0)
 end
 
 local FLAGS = {
-  put = { name = "string" },
+  put = { name = "string", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
-  rm = {},
+  rm = { json = "flag" },
 }
 
 return function(...)

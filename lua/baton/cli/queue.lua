@@ -8,12 +8,13 @@ local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
 
-local USAGE = "baton queue push QUEUE VALUE"
+local USAGE = "baton queue push QUEUE VALUE [--json]"
 local HELP = [[Adds a task under <prefix>queue/QUEUE/ for the job with queue = "QUEUE"
-(VALUE - reads it from stdin) and prints its key.]]
+(VALUE - reads it from stdin) and prints its key (--json: {queue, key,
+revision}, the body of POST /api/v1/queues/QUEUE/tasks).]]
 
 return function(...)
-  local _, pos = A.parse("queue", USAGE, {}, { ... }, HELP)
+  local opts, pos = A.parse("queue", USAGE, { json = "flag" }, { ... }, HELP)
   if pos[1] ~= "push" then
     return A.usage("queue", USAGE, pos[1] and ("unknown subcommand \"" .. pos[1] .. "\"") or "needs a subcommand")
   end
@@ -28,6 +29,6 @@ return function(...)
   if value == "-" then value = io.stdin:read("*a") or "" end
   local r, err = require("baton.ops").queue_push(queue, value)
   if not r then return A.die("queue push " .. queue .. ": " .. err) end
-  io.stdout:write(r.key, "\n")
+  if opts.json then U.print_json(r) else io.stdout:write(r.key, "\n") end
   baton.exit(0)
 end
