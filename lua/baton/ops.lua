@@ -798,6 +798,10 @@ function M.queue_push(queue, value)
   end
   if type(value) ~= "string" then return fail("EINVAL: the task value must be a string", "EINVAL") end
   local key = U.key("queue", queue, U.time_id())
+  if #value > U.MAX_REQUEST - #key - 512 then
+    return fail(format("EFBIG: the task is %s, larger than etcd's request limit of %s "
+      .. "(etcd's default --max-request-bytes); nothing was stored", U.bytes(#value), U.bytes(U.MAX_REQUEST)), "EFBIG")
+  end
   -- created only if absent: an id collision must not overwrite a task
   local r, err, code = etcd():txn {
     compare = { { key = key, target = "create", op = "==", value = 0 } },

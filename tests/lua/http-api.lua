@@ -390,6 +390,11 @@ do
     "201: queue and key")
   T.is(r.json and r.json.key and assert(e:get(r.json.key)).kvs[1].value, '{"id":7}', "the task stored as given")
   T.is(api("POST", "/api/v1/queues/bad%20q/tasks", { body = "x" }).status, 400, "an invalid queue name: 400")
+  T.is(api("POST", "/api/v1/queues/orders/tasks", { body = ("x"):rep(1600 * 1024) }).status, 413,
+    "a task over etcd's request limit: 413")
+  r = api("POST", "/api/v1/queues/orders/tasks", { body = "y", token = false,
+                                                   headers = { "Authorization: BEARER " .. TOKEN } })
+  T.is(r.status, 201, "the scheme's case does not matter")
 end
 
 -- 6b. The CLI's writes with --json print what the API answers.

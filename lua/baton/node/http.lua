@@ -479,7 +479,7 @@ local function serve(self, req)
         .. "to enable writes", "EACCES", r.name)
     end
     local auth = req.headers.authorization or ""
-    local given = auth:match("^[Bb]earer%s+(.-)%s*$")
+    local given = auth:lower():find("^bearer%s") and auth:match("^%S+%s+(.-)%s*$")
     if not given or not same(given, h.token) then
       return err(401, auth == "" and "EAUTH: writes need the header Authorization: Bearer TOKEN"
         or "EAUTH: wrong bearer token", "EAUTH", r.name, { ["www-authenticate"] = 'Bearer realm="baton"' })
