@@ -196,8 +196,21 @@ T.is(v("baton_build_info", { version = baton.version }), 1, "build_info{version}
 T.is(v("baton_node_start_time_seconds"), 1796000000.25, "node_start_time_seconds")
 T.is(v("baton_http_requests_total", { code = "404", route = "GET /api/v1/jobs/{name}" }), 2,
      "http_requests_total from the router's counts")
+-- The conductor's own figures, as every Prometheus client library names them.
+T.ok(v("process_resident_memory_bytes") > 1e6, "process_resident_memory_bytes: this process's RSS")
+T.ok(v("process_virtual_memory_bytes") >= v("process_resident_memory_bytes"), "process_virtual_memory_bytes >= RSS")
+T.ok(v("process_cpu_seconds_total") >= 0, "process_cpu_seconds_total is exported")
+do
+  local _, _, cpu0 = metrics.process_stats()
+  local t0, x = os.clock(), 0
+  while os.clock() - t0 < 0.05 do x = x + 1 end
+  local _, _, cpu1 = metrics.process_stats()
+  T.ok(cpu1 - cpu0 >= 0.03, ("process_cpu_seconds_total follows the CPU used (%.2f s for 0.05 s of work)")
+    :format(cpu1 - cpu0))
+end
+T.ok(v("baton_lua_memory_bytes") > 1e5, "baton_lua_memory_bytes: the Lua heap")
 for _, f in pairs(fams) do
-  T.ok(f.name:match("^baton_"), f.name .. ": prefixed baton_")
+  T.ok(f.name:match("^baton_") or f.name:match("^process_"), f.name .. ": prefixed baton_ (or process_)")
   if f.name:match("_total$") then T.is(f.type, "counter", f.name .. ": a counter") end
 end
 

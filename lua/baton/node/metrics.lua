@@ -398,6 +398,12 @@ function M.for_node()
     "Half the round trip of the measurement behind baton_clock_offset_seconds: the true offset lies within it.")
   m.build = m:gauge("baton_build_info", "1, with the version of baton in a label.", { "version" })
   m.start_time = m:gauge("baton_node_start_time_seconds", "When this node started, in Unix seconds.")
+  -- The process's own figures, under the names every Prometheus client
+  -- library uses, so that the usual dashboards and alerts apply.
+  m.rss = m:gauge("process_resident_memory_bytes", "Resident memory size of the node's conductor process in bytes.")
+  m.vsize = m:gauge("process_virtual_memory_bytes", "Virtual memory size of the node's conductor process in bytes.")
+  m.cpu = m:counter("process_cpu_seconds_total", "User and system CPU time of the node's conductor process in seconds.")
+  m.lua_heap = m:gauge("baton_lua_memory_bytes", "Memory held by the conductor's Lua state (part of the resident size) in bytes.")
   m.workers:set({ state = "busy" }, 0)
   m.workers:set({ state = "idle" }, 0)
   for _, st in ipairs { "loaded", "broken", "paused" } do m.jobs:set({ state = st }, 0) end
@@ -474,6 +480,29 @@ function M.etcd_observer(self)
   end
 end
 
+local USER_HZ = 100 -- the unit of /proc's CPU times on Linux, whatever the kernel's HZ
+
+local function read_proc(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- The conductor's resident and virtual size in bytes and its CPU seconds,
+-- from /proc/self (nil off Linux). The fields of stat are counted from the
+-- command's closing parenthesis, since the command may hold spaces.
+function M.process_stats()
+  local status, stat = read_proc("/proc/self/status"), read_proc("/proc/self/stat")
+  local rss = status and tonumber(status:match("\nVmRSS:%s*(%d+) kB"))
+  local vsize = status and tonumber(status:match("\nVmSize:%s*(%d+) kB"))
+  local utime, stime = (stat and stat:match("%) (.*)$") or ""):match(
+    "^%S+" .. ("%s+%S+"):rep(10) .. "%s+(%d+)%s+(%d+)")
+  if not (rss and vsize and utime) then return nil end
+  return rss * 1024, vsize * 1024, (tonumber(utime) + tonumber(stime)) / USER_HZ
+end
+
 -- Refreshes the gauges from the node's state (self: the node of node.lua)
 -- and returns the exposition text.
 function M.render(self)
@@ -505,6 +534,13 @@ function M.render(self)
     m.clock_error:set(nil, type(c.error) == "number" and c.error or 0)
   end
   m.start_time:set(nil, self.started or 0)
+  local rss, vsize, cpu = M.process_stats()
+  if rss then
+    m.rss:set(nil, rss)
+    m.vsize:set(nil, vsize)
+    m.cpu:touch(nil)[2] = cpu
+  end
+  m.lua_heap:set(nil, collectgarbage("count") * 1024)
   -- HTTP requests counted by the router (node/http.lua): [route][code] = n.
   for route, codes in pairs(self.http_counts or {}) do
     if type(codes) == "table" then
