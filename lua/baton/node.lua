@@ -434,9 +434,10 @@ local function list_all(self)
     self.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
   end
   -- The listing's response and its decoded copies are garbage now; collect
-  -- them at once, so that a node that loaded a large store starts small.
+  -- them at once and hand the C heap's free pages back, so that a node that
+  -- loaded a large store starts small.
   r = nil
-  collectgarbage()
+  baton._release_memory()
   self.listed = true
   return rev_of_listing
 end

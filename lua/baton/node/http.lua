@@ -582,7 +582,7 @@ function M.start(self, opts)
     if not self.stopping and h.server then
       API.jobs(self)
       -- (the listing's garbage goes at once, as after the node's own)
-      collectgarbage()
+      baton._release_memory()
     end
   end)
   return srv
