@@ -59,7 +59,11 @@ mkdir "$tmp/elsewhere"
 cd "$tmp/elsewhere" || exit 1
 unset BATON_LUADIR LUA_PATH
 
-mk() { make -s --no-print-directory -C "$root" INSTALL_BUILD="$tmp/build" "$@"; }
+# (not the make that runs the suite: its flags and jobserver are not ours)
+mk() {
+  env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+    make -s --no-print-directory -C "$root" INSTALL_BUILD="$tmp/build" "$@"
+}
 
 # try BIN LIBDIR WHAT: the installed program at work: version, cron, check,
 # its library, and a node that runs a job (in a worker, so the worker finds

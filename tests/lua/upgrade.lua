@@ -51,10 +51,12 @@ assert(baton.exec { "mkdir", "-p", base .. "/cwd" })
 -- Programs run from here, without the suite's LUA_PATH or any BATON_LUADIR.
 local ENV = { BATON_LUADIR = false, LUA_PATH = false }
 
+-- (not with the flags and jobserver of the make that runs the suite)
 local function install(dest, v)
   return baton.exec { "make", "-s", "--no-print-directory", "-C", root, "install",
                       "DESTDIR=" .. dest, "PREFIX=/usr/local", "VERSION=" .. v,
-                      "INSTALL_BUILD=" .. base .. "/build", timeout = 240, env = ENV }
+                      "INSTALL_BUILD=" .. base .. "/build", timeout = 240,
+                      env = { MAKEFLAGS = false, MFLAGS = false, MAKELEVEL = false } }
 end
 
 local r = install(base .. "/a", OLD)
