@@ -2,7 +2,8 @@
  * `require` over the library snapshot (runtime/core/lib.h): baton's modules
  * come from the files read when the process started, never from the disk
  * again. Also baton._libdir, baton._libfile(rel) and baton._lib_fd(), which
- * a node uses to hand its workers the same snapshot.
+ * a node uses to hand its workers the same snapshot, and baton._self_exe,
+ * the program it starts them from.
  */
 #include "err.h"
 #include "lib.h"
@@ -11,6 +12,7 @@
 #include <lauxlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* package.loaders[2]: loader(name) --> the chunk of NAME (a.b.c from
  * a/b/c.lua or a/b/c/init.lua in the snapshot, named "@<dir>/a/b/c.lua" as
@@ -57,12 +59,33 @@ static int l_lib_fd(lua_State *L) {
   return 1;
 }
 
+/* baton._self_exe: the file to exec to run this very program again, as a
+ * node starts its workers: /proc/self/exe, which stays this program after
+ * its file is replaced or deleted; but the program's path when that link is
+ * another program (under valgrind, its tool) or cannot be read. */
+static void push_self_exe(lua_State *L) {
+  char exe[4096];
+  size_t n = sizeof(exe);
+  struct stat self, file;
+  if (uv_exepath(exe, &n) != 0) {
+    lua_pushliteral(L, "/proc/self/exe");
+  } else if (stat("/proc/self/exe", &self) == 0 && stat(exe, &file) == 0 &&
+             self.st_dev == file.st_dev && self.st_ino == file.st_ino) {
+    lua_pushliteral(L, "/proc/self/exe");
+  } else {
+    lua_pushlstring(L, exe, n);
+  }
+}
+
 /* With package, package.loaded and baton at -3, -2 and -1 (open_baton in
  * lua_rt.c): puts the loader first after package.preload's and sets
- * baton._libdir, _libfile and _lib_fd. The library's directory is not on
- * package.path: a module added there later must not load either. */
+ * baton._libdir, _libfile, _lib_fd and _self_exe. The library's directory
+ * is not on package.path: a module added there later must not load
+ * either. */
 void bt__lib_open(lua_State *L) {
   int i, n;
+  push_self_exe(L);
+  lua_setfield(L, -2, "_self_exe");
   lua_pushstring(L, bt_lib_dir());
   lua_setfield(L, -2, "_libdir");
   lua_pushcfunction(L, l_libfile);

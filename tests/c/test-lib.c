@@ -2,8 +2,8 @@
  * Unit tests of the library snapshot (runtime/core/lib.c), printing TAP:
  * where the library is looked for and the one-line message when it is
  * nowhere, the snapshot of a directory, the sealed memfd a node hands its
- * workers, and a worker attaching it (this program run again as
- * /proc/self/exe with BATON_LIB_FD, as a node starts its workers).
+ * workers, and a worker attaching it (this program run again with
+ * BATON_LIB_FD, as a node starts its workers).
  */
 #define _GNU_SOURCE
 #include "err.h"
@@ -81,14 +81,18 @@ static void run_child(int fd, const char *version, char *out, size_t len) {
   int pipefd[2];
   pid_t pid;
   ssize_t n;
-  char fdtext[16];
-  if (pipe(pipefd) < 0) exit(1);
+  char fdtext[16], self[4096];
+  ssize_t slen;
+  /* (its path, not /proc/self/exe: under valgrind that is valgrind's tool) */
+  slen = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (slen <= 0 || pipe(pipefd) < 0) exit(1);
+  self[slen] = '\0';
   snprintf(fdtext, sizeof(fdtext), "%d", fd);
   pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], 1);
     setenv("BATON_LIB_FD", fdtext, 1);
-    execl("/proc/self/exe", "test-lib", "--child", version, (char *) NULL);
+    execl(self, "test-lib", "--child", version, (char *) NULL);
     _exit(127);
   }
   close(pipefd[1]);
