@@ -165,3 +165,73 @@ chaos: all $(CHAOS_PROXY)
 	  CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_NODES=$(CHAOS_NODES) \
 	  tests/chaos/run
 # --- end chaos ---
+
+# --- install ---
+# make install [PREFIX=/usr/local] [DESTDIR=]: the program, the Lua library
+# (LUADIR), the shipped jobs and policies, the man page, bash completion, a
+# systemd unit with its sysusers.d user, and /etc/default/baton (see
+# tools/install.sh); make uninstall removes exactly what it wrote. The
+# installed program is bin/baton relinked with LUADIR compiled in (and
+# VERSION, which make install VERSION=... overrides): only the sources that
+# mention BATON_LUADIR or BATON_VERSION are compiled again, in
+# INSTALL_BUILD. It finds its library relative to itself first
+# (PREFIX/bin/../share/baton/lua), so a DESTDIR tree runs where it is.
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BINDIR      ?= $(PREFIX)/bin
+DATADIR     ?= $(PREFIX)/share
+PKGDATADIR  ?= $(DATADIR)/baton
+LUADIR      ?= $(PKGDATADIR)/lua
+MANDIR      ?= $(DATADIR)/man
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+SYSCONFDIR  ?= /etc
+INSTALL_BUILD ?= $(BUILD)/install
+
+STAMPED      := $(shell grep -l 'BATON_LUADIR\|BATON_VERSION' $(SRCS))
+INSTALL_OBJS := $(STAMPED:runtime/%.c=$(INSTALL_BUILD)/obj/%.o)
+INSTALL_BIN  := $(INSTALL_BUILD)/baton
+INSTALL_DEFS := -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(LUADIR)"'
+
+.PHONY: install uninstall deb FORCE
+FORCE:
+
+# Rewritten when VERSION or LUADIR change, so the stamped objects follow.
+$(INSTALL_BUILD)/defs: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' "$(VERSION) $(LUADIR)" | cmp -s - $@ || printf '%s\n' "$(VERSION) $(LUADIR)" >$@
+
+$(INSTALL_BUILD)/obj/%.o: runtime/%.c $(INSTALL_BUILD)/defs
+	@mkdir -p $(dir $@)
+	@echo "  CC    $@"
+	@$(CC) $(filter-out -DBATON_%,$(CFLAGS)) $(INSTALL_DEFS) $(PKG_CFLAGS) -c -o $@ $<
+
+$(INSTALL_BIN): $(filter-out $(STAMPED:runtime/%.c=$(BUILD)/obj/%.o),$(OBJS)) $(INSTALL_OBJS)
+	@echo "  LD    $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+INSTALL_VARS = DESTDIR="$(DESTDIR)" BIN="$(INSTALL_BIN)" BINDIR="$(BINDIR)" \
+  PKGDATADIR="$(PKGDATADIR)" LUADIR="$(LUADIR)" MANDIR="$(MANDIR)" \
+  BASHCOMPDIR="$(BASHCOMPDIR)" UNITDIR="$(UNITDIR)" SYSUSERSDIR="$(SYSUSERSDIR)" \
+  SYSCONFDIR="$(SYSCONFDIR)"
+
+install: $(INSTALL_BIN)
+	@$(INSTALL_VARS) sh tools/install.sh install
+
+uninstall:
+	@$(INSTALL_VARS) sh tools/install.sh uninstall
+
+# make deb: a Debian package of `make install PREFIX=/usr`, built with
+# dpkg-deb, its dependencies found by dpkg-shlibdeps (tools/deb.sh), in
+# DEBDIR.
+DEBDIR ?= $(BUILD)/deb
+
+deb:
+	@rm -rf $(DEBDIR)/pkg
+	@$(MAKE) --no-print-directory install PREFIX=/usr SYSCONFDIR=/etc \
+	  DESTDIR=$(abspath $(DEBDIR))/pkg/debian/baton INSTALL_BUILD=$(INSTALL_BUILD)/deb
+	@VERSION="$(VERSION)" DEBDIR="$(abspath $(DEBDIR))" sh tools/deb.sh
+
+-include $(INSTALL_OBJS:.o=.d)
+# --- end install ---

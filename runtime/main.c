@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 static bt_config_t config;
 
@@ -223,6 +224,9 @@ static int cli_worker(int argc, char **argv) {
     printf("usage: baton worker\n\nA worker process of baton node, which starts it; not for direct use.\n");
     return 0;
   }
+  /* The node starts it as /proc/self/exe (lua/baton/node/pool.lua), which
+   * would make it "exe" to ps and top. */
+  prctl(PR_SET_NAME, "baton", 0, 0, 0);
   e = bt_contain_worker();
   if (e) {
     fprintf(stderr, "baton: worker: cannot contain the run's processes: %s\n",

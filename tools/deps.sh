@@ -4,7 +4,7 @@
 # cannot be found), otherwise prints the exact command and fails.
 set -u
 pkgs="libluajit-5.1-dev libuv1-dev libcurl4-openssl-dev libcjson-dev pkg-config
-      etcd-server etcd-client tzdata openssl build-essential faketime
+      etcd-server etcd-client tzdata openssl build-essential faketime dpkg-dev
       libmicrohttpd-dev prometheus chromium curl wrk"
 missing=""
 for p in $pkgs; do

@@ -1000,7 +1000,7 @@ static proc_t *check_proc(lua_State *L) {
  * instead. */
 static int l_spawn(lua_State *L) {
   static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", "output",
-                                     NULL};
+                                     "argv0", NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[4];
   cmdline_t c;
@@ -1009,9 +1009,17 @@ static int l_spawn(lua_State *L) {
   size_t cmd_len;
   pbox_t *b;
   proc_t *p;
+  const char *argv0 = NULL;
 
   check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=, "
-                "output=}", opts, "env, cwd, stdio, channel, stop_signal or output", &c);
+                "output=, argv0=}", opts, "env, cwd, stdio, channel, stop_signal, output or argv0",
+                &c);
+  /* (left on the stack: it anchors the string) */
+  lua_getfield(L, 1, "argv0");
+  if (lua_type(L, -1) == LUA_TSTRING)
+    argv0 = lua_tostring(L, -1);
+  else if (!lua_isnil(L, -1))
+    return luaL_error(L, "baton.spawn: argv0 must be a string (got %s)", luaL_typename(L, -1));
   lua_getfield(L, 1, "output");
   output = want_output(L, -1, "baton.spawn");
   lua_pop(L, 1);
@@ -1087,6 +1095,9 @@ static int l_spawn(lua_State *L) {
   }
   po.file = c.argv[0];
   po.args = c.argv;
+  /* argv0: the program's name for itself (what ps shows); cmd is still what
+   * runs, and what errors name (restored below) */
+  if (argv0) c.argv[0] = (char *) argv0;
   po.env = c.envp;
   po.cwd = c.cwd;
   po.flags = UV_PROCESS_DETACHED;
@@ -1103,6 +1114,7 @@ static int l_spawn(lua_State *L) {
   fflush(stdout);
   fflush(stderr);
   rc = uv_spawn(bt_lua_loop(L), &p->proc, &po);
+  c.argv[0] = (char *) po.file;
   if (chan) {
     lua_getfenv(L, -1);
     lua_getfield(L, -1, "channel");

@@ -6,6 +6,7 @@
  */
 #include "rt.h"
 #include "err.h"
+#include "lib.h"
 #include "lua_mod.h"
 
 #include <lauxlib.h>
@@ -523,33 +524,7 @@ int bt_lua_open_core(lua_State *L) {
 
 /* ---- setup and teardown ------------------------------------------------ */
 
-/* Finds the directory of baton's Lua library: $BATON_LUADIR, else
- * <dir of the executable>/../lua, else the source tree it was built from. */
-static void lua_dir(char *out, size_t len) {
-  const char *env = getenv("BATON_LUADIR");
-  char exe[4096];
-  size_t n = sizeof(exe);
-  if (env && *env) {
-    snprintf(out, len, "%s", env);
-    return;
-  }
-  if (uv_exepath(exe, &n) == 0) {
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      char probe[4200];
-      *slash = '\0';
-      snprintf(probe, sizeof(probe), "%.3000s/../lua/baton/core.lua", exe);
-      if (access(probe, R_OK) == 0) {
-        snprintf(out, len, "%.3000s/../lua", exe);
-        return;
-      }
-    }
-  }
-  snprintf(out, len, "%s", BATON_LUADIR);
-}
-
 static int open_baton(lua_State *L) {
-  char dir[4096];
   int (*opens[])(lua_State *) = {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
     bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
@@ -558,17 +533,13 @@ static int open_baton(lua_State *L) {
   int i;
 
   luaL_openlibs(L);
-  lua_dir(dir, sizeof(dir));
-  /* package.path = <dir>/?.lua;<dir>/?/init.lua;<default> */
   lua_getglobal(L, "package");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
   lua_getfield(L, -1, "loaded");
   lua_newtable(L);
   /* stack: package loaded baton */
   for (i = 0; opens[i]; i++) opens[i](L);
+  /* baton's modules: from the library as read when the process started */
+  bt__lib_open(L);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "baton");
   lua_setglobal(L, "baton");
@@ -581,8 +552,15 @@ static int open_baton(lua_State *L) {
 }
 
 bt_rt_t *bt_rt_new(void) {
-  bt_rt_t *rt = calloc(1, sizeof(*rt));
+  bt_rt_t *rt;
   lua_State *L;
+  char err[4096 * 4];
+  /* The library is read once per process (lib.h), or taken from the node. */
+  if (bt_lib_init(BATON_VERSION, BATON_LUADIR, err, sizeof(err))) {
+    fprintf(stderr, "baton: %s\n", err);
+    return NULL;
+  }
+  rt = calloc(1, sizeof(*rt));
   if (!rt) return NULL;
   /* A peer (etcd, a child's stdin) closing on us must be an EPIPE error,
    * not the end of the process. */

@@ -106,4 +106,8 @@ void bt_timer_start_secs(lua_State *L, uv_timer_t *t, uv_timer_cb cb,
 /** Live coroutines. */
 int bt_rt_ncoroutines(const bt_rt_t *rt);
 
+/* `require` over the library read at start (lua_lib.c, runtime/core/lib.h):
+ * called by the runtime with package, package.loaded and baton on top. */
+void bt__lib_open(lua_State *L);
+
 #endif

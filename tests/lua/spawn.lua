@@ -250,12 +250,12 @@ end
 -- misuse raises
 do
   T.error_like(function() baton.spawn("ls") end,
-    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=}",
+    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=, argv0=}",
     "not a table")
   T.error_like(function() baton.spawn{} end,
     "^baton%.spawn: no command", "empty table")
   T.error_like(function() baton.spawn{"sleep", "1", timeout = 1} end,
-    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal or output%)",
+    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal, output or argv0%)",
     "timeout is not a spawn option")
   T.error_like(function() baton.spawn{"ls", stdio = "pipe"} end,
     '^baton%.spawn: stdio must be "inherit" or "null" %(got "pipe"%)',
@@ -270,6 +270,8 @@ do
     "^baton%.spawn: env A must be a string", "env value table")
   T.error_like(function() baton.spawn{""} end,
     "^baton%.spawn: empty command", "empty command")
+  T.error_like(function() baton.spawn{"ls", argv0 = 1} end,
+    "^baton%.spawn: argv0 must be a string %(got number%)", "argv0 number")
 
   local p = baton.spawn{"sleep", "10", stdio = "null"}
   T.error_like(function() p:kill("SIGFOO") end,
@@ -384,6 +386,20 @@ end
   T.like(r.stderr, "unknown stop_signal 'SIGNOPE'", "an unknown stop_signal is refused")
   r = eval([[baton.spawn{"true", stop_signal = 9}]])
   T.like(r.stderr, "stop_signal must be a signal name", "so is a number")
+end
+
+-- argv0: the name the program gets (what ps shows); the command is what runs
+do
+  local p = assert(baton.spawn{"/bin/sleep", "10", argv0 = "napping", stdio = "null"})
+  local f = assert(io.open("/proc/" .. p.pid .. "/cmdline"))
+  local cmdline = f:read("*a")
+  f:close()
+  T.is(cmdline, "napping\0" .. "10\0", "argv0 is the program's argv[0]")
+  p:kill("SIGKILL")
+  p:wait()
+  local q, msg = baton.spawn{"/nonexistent/prog", argv0 = "napping"}
+  T.is(q, nil, "a missing command with argv0 fails")
+  T.like(msg, "^ENOENT: /nonexistent/prog: ", "and the error names the command, not argv0")
 end
 
 T.done()

@@ -102,11 +102,23 @@ function Pool:get(run)
     if w.p:done() then w.ch:close(); w = nil end -- it died while idle
   end
   if not w then
+    -- A worker runs the node's own code, whatever happened on disk since
+    -- the node started (a package upgrade, a make install, an edit of
+    -- lua/): the binary is /proc/self/exe (baton._self_exe), the node's
+    -- executable even once its file is replaced or deleted (a new file
+    -- cannot be written into a running executable: ETXTBSY), and the Lua
+    -- library is the snapshot
+    -- the node read when it started, handed over as a sealed memfd
+    -- (BATON_LIB_FD, runtime/core/lib.h). argv0 keeps `ps` saying "baton".
     -- (Should the node's runtime shut down with workers left, each gets
     -- SIGUSR1: its containment process ends the run's processes, where
     -- SIGKILL would leave them behind.)
-    local p, err = baton.spawn { baton._exe, "worker", env = env(self.node), channel = true,
-                                 stop_signal = "SIGUSR1" }
+    local fd, ferr = baton._lib_fd()
+    if not fd then return nil, ferr end
+    local e = env(self.node)
+    e.BATON_LIB_FD = tostring(fd)
+    local p, err = baton.spawn { baton._self_exe, "worker", argv0 = baton._exe or "baton",
+                                 env = e, channel = true, stop_signal = "SIGUSR1" }
     if not p then return nil, err end
     w = { p = p, ch = p.channel }
   end

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# make install, make uninstall and make deb, tried as an operator would:
+# install into a temporary root (DESTDIR) and use it from a directory
+# outside the source tree, without BATON_LUADIR (the program finds its
+# library relative to itself): version, cron, check, and a node against the
+# suite's etcd that runs a job in a worker. Then the man page, the bash
+# completion, the unit and its sysusers user; uninstall leaving nothing;
+# the Debian package (dpkg-deb -x, its dependencies, conffile, maintainer
+# scripts against a temporary root); and the one-line message of a program
+# without its library.
+set -uo pipefail
+
+root=${BATON_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+: "${BATON_ENDPOINTS:?run me with tests/harness/run-tests}"
+version=$(cat "$root/VERSION")
+
+n=0 failed=0
+ok() { # STATUS NAME
+  n=$((n + 1))
+  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi
+  return "$1"
+}
+skip() { n=$((n + 1)); echo "ok $n # skip $1"; }
+diag() { printf '%s\n' "$@" | sed 's/^/# /' >&2; }
+is() { # GOT EXPECTED NAME
+  if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; diag "     got: '$1'" "expected: '$2'"; return 1; fi
+}
+like() { # GOT PATTERN(grep -E) NAME
+  if grep -qE -- "$2" <<<"$1"; then ok 0 "$3"; else ok 1 "$3"; diag "     got: '$1'" "expected to match: '$2'"; return 1; fi
+}
+eventually() { # SECS CMD...
+  local end=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+tmp=$(mktemp -d "${BATON_TEST_TMP:-${TMPDIR:-/tmp}}/baton-install.XXXXXX")
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+  done
+  etcdctl --endpoints="$BATON_ENDPOINTS" del --prefix "/test/install/$$/" >/dev/null 2>&1
+  rm -rf -- "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Everything runs from here, far from the source tree, and without the
+# suite's LUA_PATH or any BATON_LUADIR.
+mkdir "$tmp/elsewhere"
+cd "$tmp/elsewhere" || exit 1
+unset BATON_LUADIR LUA_PATH
+
+# (not the make that runs the suite: its flags and jobserver are not ours)
+mk() {
+  env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+    make -s --no-print-directory -C "$root" INSTALL_BUILD="$tmp/build" "$@"
+}
+
+# try BIN LIBDIR WHAT: the installed program at work: version, cron, check,
+# its library, and a node that runs a job (in a worker, so the worker finds
+# the same library) and shows in baton nodes.
+try() {
+  local bin=$1 libdir=$2 what=$3 share out P name
+  share=$(dirname "$libdir")
+  is "$("$bin" version)" "baton $version" "$what: baton version"
+  out=$("$bin" cron '0 3 * * *' -n 2 --from 2026-01-01T00:00:00Z)
+  is "$out" $'2026-01-01T03:00:00Z\n2026-01-02T03:00:00Z' "$what: baton cron '0 3 * * *' -n 2"
+  out=$("$bin" check "$share/jobs/pg-backup.lua" 2>&1)
+  ok $? "$what: baton check of the shipped jobs/pg-backup.lua" || diag "$out"
+  out=$("$bin" check "$share/policies/examples/near_db.lua" 2>&1)
+  ok $? "$what: baton check of a shipped policy, through share/baton/policies" || diag "$out"
+  echo 'print(baton._libdir)' >"$tmp/libdir.lua"
+  is "$("$bin" eval "$tmp/libdir.lua")" "$libdir" "$what: the library is found next to the program"
+
+  P=/test/install/$$/$RANDOM/
+  name=inst-$RANDOM
+  "$bin" --prefix "$P" node --name "$name" --ttl 3 >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  eventually 10 "$bin" --prefix "$P" leader
+  ok $? "$what: a node starts and leads" || diag "$(tail -5 "$tmp/$name.log")"
+  cat >"$tmp/where.lua" <<'EOF'
+return { schedule = "@manual", run = function(ctx)
+  print("worker " .. baton.version .. " " .. baton._libdir)
+end }
+EOF
+  "$bin" --prefix "$P" job put "$tmp/where.lua" >/dev/null 2>&1 &&
+    eventually 10 "$bin" --prefix "$P" job run where
+  ok $? "$what: job put and job run"
+  out=""
+  eventually 15 sh -c "'$bin' --prefix '$P' job logs where 2>/dev/null | grep -q 'worker '"
+  out=$("$bin" --prefix "$P" job logs where 2>&1)
+  like "$out" "worker $version $libdir\$" "$what: the run's worker has the same version and library"
+  out=$("$bin" --prefix "$P" nodes)
+  like "$out" "^$name +$version " "$what: baton nodes shows the node's version"
+  # Its worker shows as baton worker (started as /proc/self/exe).
+  local w comm
+  w=$(pgrep -P "${pids[-1]}" | head -1)
+  if [ -n "$w" ]; then
+    is "$(tr '\0' ' ' <"/proc/$w/cmdline")" "$bin worker " "$what: ps shows the worker as $bin worker"
+    is "$(cat "/proc/$w/comm")" "baton" "$what: and its name is baton"
+  else
+    skip "no worker left to look at"; skip "no worker left to look at"
+  fi
+  kill -TERM "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null
+  unset 'pids[-1]'
+  etcdctl --endpoints="$BATON_ENDPOINTS" del --prefix "$P" >/dev/null 2>&1
+}
+
+# ---- make install ---------------------------------------------------------
+
+dest=$tmp/root
+out=$(mk install DESTDIR="$dest" PREFIX=/usr/local 2>&1)
+ok $? "make install DESTDIR=... PREFIX=/usr/local" || diag "$out"
+bin=$dest/usr/local/bin/baton
+lib=$dest/usr/local/share/baton/lua
+missing=""
+for f in usr/local/bin/baton usr/local/share/baton/lua/baton/core.lua \
+         usr/local/share/baton/lua/baton/node/pool.lua usr/local/share/baton/lua/baton/web/index.html \
+         usr/local/share/baton/lua/baton/policies/examples/near_db.lua \
+         usr/local/share/baton/jobs/pg-backup.lua usr/local/share/baton/jobs/notify-webhook.lua \
+         usr/local/share/baton/policies/default.lua usr/local/share/man/man1/baton.1 \
+         usr/local/share/bash-completion/completions/baton \
+         usr/local/lib/systemd/system/baton.service usr/local/lib/sysusers.d/baton.conf \
+         etc/default/baton; do
+  [ -e "$dest/$f" ] || missing="$missing $f"
+done
+is "$missing" "" "it installs the program, library, jobs, policies, man page, completion, unit, user, env file"
+n_lua=$(cd "$root/lua" && find . -type f ! -name '.*' | wc -l)
+is "$(cd "$lib" && find . -type f | wc -l)" "$n_lua" "every file of lua/ is in share/baton/lua"
+[ -x "$bin" ] && [ "$(stat -c %a "$bin")" = 755 ]
+ok $? "the program is executable (755)"
+
+try "$bin" "$lib" "installed"
+
+# ---- man page, completion, unit, user ---------------------------------------
+
+if command -v groff >/dev/null; then
+  out=$(groff -man -ww -z "$dest/usr/local/share/man/man1/baton.1" 2>&1)
+  is "$out" "" "the man page is clean roff (groff -man -ww)"
+  out=$(MANWIDTH=80 man -l "$dest/usr/local/share/man/man1/baton.1" 2>/dev/null | col -bx)
+  like "$out" "baton +- +distributed +job +scheduler" "man -l shows baton(1)"
+  like "$out" "BATON_LUADIR" "which tells where the library is looked for"
+else
+  skip "no groff"; skip "no groff"; skip "no groff"
+fi
+
+completes() { # WORDS...: what bash completes for the last word
+  PATH="$dest/usr/local/bin:$PATH" bash -c '
+    source "$0"
+    COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    _baton; echo "${COMPREPLY[*]}"' "$dest/usr/local/share/bash-completion/completions/baton" "$@"
+}
+is "$(completes baton jo)" "job" "completion: a command"
+is "$(completes baton job pa)" "pause" "completion: a subcommand"
+is "$(completes baton node --wo)" "--workers" "completion: a command's flag (from its help)"
+is "$(completes baton --end)" "--endpoints" "completion: a global flag"
+is "$(completes baton check "$dest/usr/local/share/baton/jobs/pg")" \
+   "$dest/usr/local/share/baton/jobs/pg-backup.lua" "completion: a Lua file"
+
+unit=$dest/usr/local/lib/systemd/system/baton.service
+missing=""
+for d in "User=baton" "ExecStart=/usr/local/bin/baton node \$BATON_NODE_ARGS" \
+         "EnvironmentFile=-/etc/default/baton" "StateDirectory=baton" "ProtectSystem=strict" \
+         "ProtectHome=read-only" "PrivateTmp=yes" "NoNewPrivileges=yes" "KillMode=mixed" \
+         "KillSignal=SIGTERM"; do
+  grep -qxF -- "$d" "$unit" || missing="$missing [$d]"
+done
+is "$missing" "" "the unit runs baton node as baton, with its env file, state dir, hardening, KillMode=mixed"
+stop=$(sed -n 's/^TimeoutStopSec=//p' "$unit")
+[ "${stop:-0}" -gt 10 ]
+ok $? "TimeoutStopSec ($stop s) is longer than a node's stop (grace 5 s for runs, 5 s for their records)"
+! grep -q '^MemoryDenyWriteExecute' "$unit"
+ok $? "no MemoryDenyWriteExecute (LuaJIT's JIT writes code)"
+if command -v systemd-analyze >/dev/null; then
+  mkdir "$tmp/unit"
+  sed "s|^ExecStart=/usr/local/bin/baton|ExecStart=$bin|" "$unit" >"$tmp/unit/baton.service"
+  out=$(systemd-analyze verify --man=no "$tmp/unit/baton.service" 2>&1)
+  is "$out" "" "systemd-analyze verify finds nothing to say about the unit"
+else
+  skip "no systemd-analyze"
+fi
+if command -v systemd-sysusers >/dev/null; then
+  mkdir -p "$tmp/sysroot/etc"
+  systemd-sysusers --root="$tmp/sysroot" "$dest/usr/local/lib/sysusers.d/baton.conf" >/dev/null 2>&1
+  like "$(grep '^baton:' "$tmp/sysroot/etc/passwd")" '^baton:x:[0-9]+:[0-9]+:[^:]*:/var/lib/baton:' \
+    "sysusers.d/baton.conf makes the baton user, its home the state directory"
+else
+  skip "no systemd-sysusers"
+fi
+
+# ---- make install again, make uninstall --------------------------------------
+
+echo "BATON_ENDPOINTS=http://etcd:2379" >"$dest/etc/default/baton"
+out=$(mk install DESTDIR="$dest" PREFIX=/usr/local 2>&1)
+ok $? "make install over an installed tree"
+is "$(cat "$dest/etc/default/baton")" "BATON_ENDPOINTS=http://etcd:2379" "keeps the operator's env file"
+out=$(mk uninstall DESTDIR="$dest" PREFIX=/usr/local 2>&1)
+ok $? "make uninstall" || diag "$out"
+like "$out" "kept $dest/etc/default/baton" "an edited env file is kept, and said so"
+left=$(find "$dest" -mindepth 1 ! -path "$dest/etc" ! -path "$dest/etc/default*" | head -5)
+is "$left" "" "and removes everything else"
+mk install DESTDIR="$tmp/root2" PREFIX=/usr/local >/dev/null 2>&1 &&
+  mk uninstall DESTDIR="$tmp/root2" PREFIX=/usr/local >/dev/null 2>&1
+left=$(find "$tmp/root2" -mindepth 1 | head -5)
+is "$left" "" "install then uninstall leaves nothing (not a file, not a directory)"
+is "$(mk uninstall DESTDIR="$dest" PREFIX=/usr/local 2>&1 | head -1)" \
+   "baton: nothing to uninstall: no $dest/usr/local/share/baton/installed-files" "uninstall twice says so"
+
+# ---- the program alone: no library -------------------------------------------
+
+mkdir "$tmp/alone"
+mk install DESTDIR="$tmp/a1" PREFIX=/usr/local >/dev/null 2>&1
+cp "$tmp/a1/usr/local/bin/baton" "$tmp/alone/baton"
+if [ -e /usr/local/share/baton/lua/baton/core.lua ]; then
+  for _ in 1 2 3 4 5; do skip "baton is installed in /usr/local on this machine"; done
+else
+  bad=""
+  for cmd in "eval x.lua" "node" "worker" "job ls" "job put x.lua" "policy ls" "nodes" "leader" \
+             "check x.lua" "queue push q v" "lock l -- true" "elect -l e" "help job"; do
+    # shellcheck disable=SC2086
+    "$tmp/alone/baton" $cmd >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" != 1 ] || [ -s "$tmp/out" ] || [ "$(wc -l <"$tmp/err")" != 1 ]; then
+      bad="$bad [$cmd: exit $rc, $(wc -l <"$tmp/err") lines]"
+    fi
+  done
+  is "$bad" "" "without its library, every command that needs it prints one line and exits 1"
+  msg=$(cat "$tmp/err")
+  is "$msg" "baton: baton's Lua library is not installed: no baton/core.lua in $tmp/share/baton/lua, $tmp/lua or /usr/local/share/baton/lua; set BATON_LUADIR to its directory" \
+     "the line names every place searched and BATON_LUADIR"
+  msg=$(BATON_LUADIR=/nonexistent/lua "$tmp/alone/baton" job ls 2>&1)
+  is "$msg" "baton: baton's Lua library is not in BATON_LUADIR=/nonexistent/lua (no baton/core.lua there)" \
+     "a BATON_LUADIR without the library is named"
+  is "$("$tmp/alone/baton" version)" "baton $version" "baton version needs no library"
+  out=$(BATON_LUADIR=$tmp/a1/usr/local/share/baton/lua "$tmp/alone/baton" eval "$tmp/libdir.lua")
+  is "$out" "$tmp/a1/usr/local/share/baton/lua" "BATON_LUADIR points it at a library"
+fi
+
+# ---- make deb -----------------------------------------------------------------
+
+if ! command -v dpkg-deb >/dev/null || ! command -v dpkg-shlibdeps >/dev/null; then
+  skip "no dpkg-deb or dpkg-shlibdeps (dpkg-dev)"
+else
+  out=$(mk deb DEBDIR="$tmp/deb" 2>&1)
+  ok $? "make deb" || diag "$out"
+  deb=$(ls "$tmp"/deb/baton_"$version"_*.deb 2>/dev/null)
+  [ -f "$deb" ]
+  ok $? "it builds $(basename "${deb:-baton_$version.deb}")"
+  is "$(dpkg-deb -f "$deb" Package Version | tr '\n' ' ')" "Package: baton Version: $version " \
+     "package baton, version $version"
+  depends=$(dpkg-deb -f "$deb" Depends)
+  missing=""
+  for p in libluajit-5.1-2 libuv1 libcjson1; do
+    grep -qE "(^|, )$p( |,|$)" <<<"$depends" || missing="$missing $p"
+  done
+  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1 ($depends)"
+  # Whatever else the program links (libmicrohttpd once the HTTP server is
+  # in) is there too: every NEEDED library's package is in Depends.
+  missing=""
+  dpkg-deb -x "$deb" "$tmp/debroot"
+  for so in $(objdump -p "$tmp/debroot/usr/bin/baton" | awk '/NEEDED/ { print $2 }'); do
+    so=$(ldd "$tmp/debroot/usr/bin/baton" | awk -v so="$so" '$1 == so && $2 == "=>" { print $3 }')
+    p=$( (dpkg -S "$so" || dpkg -S "/usr$so" || dpkg -S "${so#/usr}") 2>/dev/null | head -1 | cut -d: -f1)
+    if [ -z "$p" ]; then missing="$missing ?($so)"; continue; fi
+    grep -qE "(^|, |\| )$p( |,|$)" <<<"$depends" || missing="$missing $p($so)"
+  done
+  is "$missing" "" "every library the program links is a dependency"
+  is "$(dpkg-deb -f "$deb" Recommends)" "libcurl4" "Recommends: libcurl4 (TLS to etcd)"
+  is "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)" "/etc/default/baton" \
+     "/etc/default/baton is a conffile"
+  for s in postinst prerm postrm; do
+    dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - "./$s" >"$tmp/$s"
+  done
+  sh -n "$tmp/postinst" && sh -n "$tmp/prerm" && sh -n "$tmp/postrm"
+  ok $? "the maintainer scripts are valid sh"
+  owners=$(dpkg-deb -c "$deb" | awk '{ print $2 }' | sort -u | tr '\n' ' ')
+  is "$owners" "root/root " "every file belongs to root"
+  [ -f "$tmp/debroot/usr/share/man/man1/baton.1.gz" ] &&
+    [ -f "$tmp/debroot/usr/lib/systemd/system/baton.service" ] &&
+    [ -f "$tmp/debroot/usr/lib/sysusers.d/baton.conf" ] &&
+    [ ! -e "$tmp/debroot/usr/share/baton/installed-files" ]
+  ok $? "the package has the unit, the sysusers file, the man page (gzip), and no install list"
+  grep -qxF 'ExecStart=/usr/bin/baton node $BATON_NODE_ARGS' "$tmp/debroot/usr/lib/systemd/system/baton.service"
+  ok $? "its unit runs /usr/bin/baton"
+
+  try "$tmp/debroot/usr/bin/baton" "$tmp/debroot/usr/share/baton/lua" "package"
+
+  # postinst in a root of its own (DPKG_ROOT): the user and the state
+  # directory, without systemd running there.
+  mkdir -p "$tmp/debroot/etc"
+  out=$(DPKG_ROOT=$tmp/debroot sh "$tmp/postinst" configure "" 2>&1)
+  ok $? "postinst configure succeeds in a root without systemd" || diag "$out"
+  like "$(grep '^baton:' "$tmp/debroot/etc/passwd" 2>/dev/null)" ':/var/lib/baton:' \
+       "postinst makes the baton user"
+  is "$(stat -c %a "$tmp/debroot/var/lib/baton" 2>/dev/null)" "750" "and /var/lib/baton (750)"
+  out=$(DPKG_ROOT=$tmp/debroot sh "$tmp/postinst" configure "$version" 2>&1)
+  ok $? "postinst configure again (an upgrade) succeeds"
+  is "$(grep -c '^baton:' "$tmp/debroot/etc/passwd")" "1" "and makes no second user"
+  # Without systemd-sysusers (a chroot without systemd): useradd.
+  if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+    mkdir -p "$tmp/nosystemd" "$tmp/chroot/etc"
+    for t in sh mkdir chmod grep useradd cat; do ln -s "$(command -v "$t")" "$tmp/nosystemd/"; done
+    out=$(PATH=$tmp/nosystemd DPKG_ROOT=$tmp/chroot sh "$tmp/postinst" configure "" 2>&1)
+    ok $? "postinst without systemd-sysusers or systemctl succeeds" || diag "$out"
+    like "$(grep '^baton:' "$tmp/chroot/etc/passwd" 2>/dev/null)" ':/var/lib/baton:' \
+         "and makes the baton user with useradd"
+  else
+    skip "not root: useradd --prefix"; skip "not root: useradd --prefix"
+  fi
+fi
+
+echo "1..$n"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,68 @@
+#!/bin/sh
+# tools/deb.sh: what `make deb` runs once `make install PREFIX=/usr
+# DESTDIR=$DEBDIR/pkg/debian/baton` has filled the package's tree. Adds the
+# package's metadata and builds $DEBDIR/baton_VERSION_ARCH.deb with
+# dpkg-deb (files owned by root, no fakeroot needed):
+#   Depends     from dpkg-shlibdeps on the program (the libraries it links:
+#               libluajit-5.1-2, libuv1, libcjson1, ... with their versions)
+#   Recommends  libcurl4 (loaded with dlopen for https:// endpoints)
+#   conffiles   /etc/default/baton
+#   postinst, prerm, postrm   tools/dist/debian/ (the baton user, the state
+#               directory; no restart of a running node)
+# Prints the package's path.
+set -eu
+: "${VERSION:?}" "${DEBDIR:?}"
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$DEBDIR/pkg
+tree=$work/debian/baton
+arch=$(dpkg --print-architecture)
+
+for tool in dpkg-deb dpkg-shlibdeps; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "baton: make deb needs $tool (Debian package dpkg-dev; make deps installs it)" >&2
+    exit 1
+  }
+done
+case $VERSION in
+  [0-9]*) ;;
+  *) echo "baton: VERSION \"$VERSION\" is not a Debian version (it must start with a digit)" >&2; exit 1 ;;
+esac
+
+# dpkg tracks the package's files itself.
+rm -f "$tree/usr/share/baton/installed-files"
+# Debian's conventions: a stripped program, a compressed man page.
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$tree/usr/bin/baton"
+gzip -9nf "$tree/usr/share/man/man1/baton.1"
+
+# dpkg-shlibdeps wants a source package's debian/control around the tree.
+printf 'Source: baton\n\nPackage: baton\nArchitecture: any\n' >"$work/debian/control"
+depends=$(cd "$work" && dpkg-shlibdeps -O -e debian/baton/usr/bin/baton 2>/dev/null |
+          sed -n 's/^shlibs:Depends=//p')
+[ -n "$depends" ] || { echo "baton: dpkg-shlibdeps found no dependency" >&2; exit 1; }
+
+mkdir -p "$tree/DEBIAN"
+cat >"$tree/DEBIAN/control" <<CONTROL
+Package: baton
+Version: $VERSION
+Architecture: $arch
+Maintainer: baton maintainers <baton@localhost>
+Installed-Size: $(du -sk --exclude=DEBIAN "$tree" | cut -f1)
+Depends: $depends
+Recommends: libcurl4
+Suggests: etcd-server, etcd-client
+Section: admin
+Priority: optional
+Description: distributed job scheduler on etcd, with jobs and policies in Lua
+ baton runs scheduled jobs across the machines that share an etcd cluster:
+ each machine runs one node (baton.service), each scheduled instant runs
+ once across the cluster, and jobs and the policies that place, retry and
+ fail them over are Lua files stored in etcd and reloaded on every put.
+CONTROL
+echo /etc/default/baton >"$tree/DEBIAN/conffiles"
+for s in postinst prerm postrm; do
+  install -m 755 "$root/tools/dist/debian/$s" "$tree/DEBIAN/$s"
+done
+
+deb=$DEBDIR/baton_${VERSION}_$arch.deb
+dpkg-deb --root-owner-group -Zxz --build "$tree" "$deb" >/dev/null
+echo "$deb"
