@@ -394,6 +394,7 @@ end
 -- difference with what is loaded. Returns the revision.
 local function list_all(self)
   local P = self.P
+  local pause = collectgarbage("setpause", 100)
   local r, err, code = self.e:txn { success = {
     { get = { key = P .. "jobs/", prefix = true } },
     { get = { key = P .. "paused/", prefix = true, keys_only = true } },
@@ -438,6 +439,7 @@ local function list_all(self)
   -- loaded a large store starts small.
   r = nil
   baton._release_memory()
+  collectgarbage("setpause", pause)
   self.listed = true
   return rev_of_listing
 end
