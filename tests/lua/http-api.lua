@@ -352,6 +352,24 @@ do
   -- a raw put that does not validate, and one a node reports broken
   assert(e:put(P .. "jobs/rawbad", 'return { schedule = "every day", run = function() end }'))
   same_as_cli(B1 .. "/api/v1/jobs", { "job", "ls", "--json" }, "GET /api/v1/jobs = job ls --json (a broken raw put)")
+  -- a good version loaded, then a broken one: the nodes run the good one
+  local good = c:put_job("daily", 'return { schedule = "30 6 * * *", timezone = "Europe/Paris", run = function() end }')
+  T.ok(c:loaded("daily", good), "the nodes loaded a good version")
+  local badrev = assert(e:put(P .. "jobs/daily", 'return { schedule = "every day", run = function() end }')).revision
+  T.ok(N.wait(10, function()
+    local r = assert(e:get(P .. "status/daily/", { prefix = true }))
+    local n = 0
+    for _, kv in ipairs(r.kvs) do
+      local st = json.decode(kv.value)
+      if st.revision == badrev and st.error ~= json.null then n = n + 1 end
+    end
+    return n == 2
+  end), "both nodes reported the broken version")
+  same_as_cli(B1 .. "/api/v1/jobs", { "job", "ls", "--json" }, "GET /api/v1/jobs = job ls --json (broken, running rev)")
+  local d
+  for _, j in ipairs(api("GET", "/api/v1/jobs").json or {}) do if j.name == "daily" then d = j end end
+  T.ok(d and d.broken and d.running_revision == good and d.schedule == "30 6 * * *",
+    "a broken job shows the schedule and revision the nodes still run")
   same_as_cli(B2 .. "/api/v1/jobs", { "job", "ls", "--json" }, "and on the other node")
   local by = {}
   for _, j in ipairs(api("GET", "/api/v1/jobs").json or {}) do by[j.name] = j end
