@@ -38,7 +38,7 @@ local CONTENT_TYPES = {
 -- The status of an error code from baton.ops (extra.invalid: 422). Codes
 -- not here are etcd's (refused, timed out, unavailable, auth): 503.
 local STATUS = {
-  EINVAL = 400, EBADJSON = 400, EACCES = 403, ENOENT = 404, EMETHOD = 405,
+  EINVAL = 400, EACCES = 403, ENOENT = 404, EMETHOD = 405,
   EEXIST = 409, ECONFLICT = 409, EFBIG = 413, EINTERNAL = 500,
 }
 
@@ -47,7 +47,7 @@ local STATUS = {
 
 -- Percent-decodes s; nil when a % is not followed by two hex digits.
 local function unescape(s, plus)
-  if plus then s = s:gsub("+", " ") end
+  if plus then s = s:gsub("%+", " ") end
   if s:find("%%") then
     if s:find("%%%X") or s:find("%%%x%X") or s:find("%%%x?$") then return nil end
     s = s:gsub("%%(%x%x)", function(h) return char(tonumber(h, 16)) end)
