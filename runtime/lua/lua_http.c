@@ -181,11 +181,13 @@ static int is_token(const char *s, size_t n) {
   return 1;
 }
 
-/* Builds the "Name: value" lines of the headers table at idx, anchored in
- * a new table; returns the NULL-terminated array (a userdata). Both are
- * left on the stack. */
-static const char **build_headers(lua_State *L, int idx) {
-  const char **lines;
+/* Checks the headers table at idx (names: HTTP tokens; values: strings or
+ * numbers without line breaks; api names the caller in errors, which are
+ * raised) and returns its name, value pairs as a NULL-terminated array: a
+ * userdata left on the stack, its strings anchored in a table left below
+ * it. Shared by baton.http and the server's req:respond (lua_mod.h). */
+const char **bt__lua_header_pairs(lua_State *L, int idx, const char *api) {
+  const char **pairs;
   int n = 0, k = 0, anchor;
 
   lua_pushnil(L);
@@ -194,39 +196,58 @@ static const char **build_headers(lua_State *L, int idx) {
     size_t nlen, vlen;
     int vt = lua_type(L, -1);
     if (lua_type(L, -2) != LUA_TSTRING)
-      luaL_error(L, "baton.http: header names must be strings (got %s)",
+      luaL_error(L, "%s: header names must be strings (got %s)", api,
                  luaL_typename(L, -2));
     name = lua_tolstring(L, -2, &nlen);
     if (!is_token(name, nlen))
-      luaL_error(L, "baton.http: invalid header name '%s'", name);
+      luaL_error(L, "%s: invalid header name '%s'", api, name);
     if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
-      luaL_error(L, "baton.http: header %s must be a string (got %s)", name,
+      luaL_error(L, "%s: header %s must be a string (got %s)", api, name,
                  luaL_typename(L, -1));
     lua_pushvalue(L, -1);     /* convert a copy */
     v = lua_tolstring(L, -1, &vlen);
     if (strcspn(v, "\r\n") != vlen)
-      luaL_error(L, "baton.http: header %s contains a line break or NUL",
-                 name);
+      luaL_error(L, "%s: header %s contains a line break or NUL", api, name);
     lua_pop(L, 2);
     n++;
   }
+  lua_createtable(L, 2 * n, 0);
+  anchor = lua_gettop(L);
+  pairs = lua_newuserdata(L, (size_t) (2 * n + 1) * sizeof(char *));
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    /* stack: ... anchor pairs key value */
+    lua_pushvalue(L, -2);
+    pairs[k++] = lua_tostring(L, -1);
+    lua_rawseti(L, anchor, k);
+    pairs[k++] = lua_tostring(L, -1);   /* converts a number in place */
+    lua_rawseti(L, anchor, k);
+  }
+  pairs[k] = NULL;
+  return pairs;
+}
+
+/* Builds the "Name: value" lines of the headers table at idx, anchored in
+ * a new table; returns the NULL-terminated array (a userdata). The pairs
+ * of bt__lua_header_pairs and both of these are left on the stack. */
+static const char **build_headers(lua_State *L, int idx) {
+  const char **pairs = bt__lua_header_pairs(L, idx, "baton.http"), **lines;
+  int n = 0, k, anchor;
+
+  while (pairs[2 * n]) n++;
   lua_createtable(L, n, 0);
   anchor = lua_gettop(L);
   lines = lua_newuserdata(L, (size_t) (n + 1) * sizeof(char *));
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    /* stack: ... anchor lines key value */
-    lua_pushvalue(L, -1);
-    if (lua_objlen(L, -1) == 0 && lua_type(L, -1) == LUA_TSTRING)
+  for (k = 0; k < n; k++) {
+    if (pairs[2 * k + 1][0] == '\0')
       /* "Name;" sends an empty header ("Name:" would remove it) */
-      lua_pushfstring(L, "%s;", lua_tostring(L, -3));
+      lua_pushfstring(L, "%s;", pairs[2 * k]);
     else
-      lua_pushfstring(L, "%s: %s", lua_tostring(L, -3), lua_tostring(L, -1));
-    lines[k++] = lua_tostring(L, -1);
-    lua_rawseti(L, anchor, k);
-    lua_pop(L, 2);
+      lua_pushfstring(L, "%s: %s", pairs[2 * k], pairs[2 * k + 1]);
+    lines[k] = lua_tostring(L, -1);
+    lua_rawseti(L, anchor, k + 1);
   }
-  lines[k] = NULL;
+  lines[n] = NULL;
   return lines;
 }
 

@@ -216,61 +216,6 @@ static void on_request(bt_httpd_req_t *r, void *arg) {
 
 /* ---- the request object ------------------------------------------------- */
 
-static int is_token(const char *s, size_t n) {
-  size_t i;
-  if (n == 0) return 0;
-  for (i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char) s[i];
-    if (!isalnum(ch) && !strchr("!#$%&'*+-.^_`|~", ch)) return 0;
-  }
-  return 1;
-}
-
-/* Checks the headers table at idx and returns its name, value pairs as a
- * NULL-terminated array (a userdata left on the stack, its strings
- * anchored in a table left below it). */
-static const char **check_headers(lua_State *L, int idx) {
-  const char **pairs;
-  int n = 0, k = 0, anchor;
-
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    const char *name, *v;
-    size_t nlen, vlen;
-    int vt = lua_type(L, -1);
-    if (lua_type(L, -2) != LUA_TSTRING)
-      luaL_error(L, "req:respond: header names must be strings (got %s)",
-                 luaL_typename(L, -2));
-    name = lua_tolstring(L, -2, &nlen);
-    if (!is_token(name, nlen))
-      luaL_error(L, "req:respond: invalid header name '%s'", name);
-    if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
-      luaL_error(L, "req:respond: header %s must be a string (got %s)", name,
-                 luaL_typename(L, -1));
-    lua_pushvalue(L, -1);     /* convert a copy */
-    v = lua_tolstring(L, -1, &vlen);
-    if (strcspn(v, "\r\n") != vlen)
-      luaL_error(L, "req:respond: header %s contains a line break or NUL",
-                 name);
-    lua_pop(L, 2);
-    n++;
-  }
-  lua_createtable(L, 2 * n, 0);
-  anchor = lua_gettop(L);
-  pairs = lua_newuserdata(L, (size_t) (2 * n + 1) * sizeof(char *));
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    /* stack: ... anchor pairs key value */
-    lua_pushvalue(L, -2);
-    pairs[k++] = lua_tostring(L, -1);
-    lua_rawseti(L, anchor, k);
-    pairs[k++] = lua_tostring(L, -1);   /* converts a number in place */
-    lua_rawseti(L, anchor, k);
-  }
-  pairs[k] = NULL;
-  return pairs;
-}
-
 /* req:respond(status [, headers [, body]]) -> true. Raises when the
  * request was answered already; an answer to a client that has gone is
  * dropped. */
@@ -303,7 +248,7 @@ static int req_respond(lua_State *L) {
     if (lua_type(L, 3) != LUA_TTABLE)
       return luaL_error(L, "req:respond: headers must be a table (got %s)",
                         luaL_typename(L, 3));
-    headers = check_headers(L, 3);
+    headers = bt__lua_header_pairs(L, 3, "req:respond");
   }
   r = u->r;
   u->r = NULL;

@@ -35,4 +35,10 @@ void bt__chan_started(lua_State *L, int idx, int ok);
 int bt__signal_number(const char *name);
 const char *bt__signal_name(int signum);
 
+/* The headers table at idx checked and flattened to a NULL-terminated
+ * array of name, value strings (lua_http.c; used by baton.http and the
+ * server's req:respond); raises naming api. Leaves an anchor table and the
+ * array's userdata on the stack. */
+const char **bt__lua_header_pairs(lua_State *L, int idx, const char *api);
+
 #endif
