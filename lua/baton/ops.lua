@@ -516,6 +516,27 @@ function M.check_job(name, source, chunkname)
   return spec
 end
 
+-- Stores the source of a job or policy (kind) at key, only if it is at
+-- mod revision rev when rev is given (0: only if there is none). Returns
+-- the txn's answer (responses[1].prev_kv: the version replaced), or nil,
+-- err, code (EEXIST / ECONFLICT when rev did not hold; nothing stored).
+local function store_source(kind, name, key, source, rev)
+  local r, err, code = etcd():txn {
+    compare = rev and { { key = key, target = "mod", op = "==", value = rev } } or {},
+    success = { { put = { key = key, value = source, prev_kv = true } } },
+    failure = { { get = { key = key, keys_only = true } } },
+  }
+  if not r then return nil, err, code end
+  if r.succeeded then return r end
+  local cur = r.responses[1].kvs[1]
+  if rev == 0 then
+    return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name, cur.mod_revision),
+      "EEXIST")
+  end
+  return fail(format("ECONFLICT: %s %s is %s, not at revision %d; nothing was stored", kind, name,
+    cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
+end
+
 -- put_job(name, source [, opts]) --> {name, key, revision, created,
 -- warnings = [...]}: stores the source at P jobs/<name> once check_job
 -- passes. opts.chunkname: see check_job. opts.revision: store only if the
@@ -527,24 +548,8 @@ function M.put_job(name, source, opts)
   local spec, verr, vcode, extra = M.check_job(name, source, opts.chunkname)
   if not spec then return nil, verr, vcode, extra end
   local key = U.key("jobs", name)
-  local compare = {}
-  if opts.revision then
-    compare[1] = { key = key, target = "mod", op = "==", value = opts.revision }
-  end
-  local r, err, code = etcd():txn {
-    compare = compare,
-    success = { { put = { key = key, value = source, prev_kv = true } } },
-    failure = { { get = { key = key, keys_only = true } } },
-  }
+  local r, err, code = store_source("job", name, key, source, opts.revision)
   if not r then return nil, err, code end
-  if not r.succeeded then
-    local cur = r.responses[1].kvs[1]
-    if opts.revision == 0 then
-      return fail(format("EEXIST: job %s exists (revision %d); nothing was stored", name, cur.mod_revision), "EEXIST")
-    end
-    return fail(format("ECONFLICT: job %s is %s, not at revision %d; nothing was stored", name,
-      cur and format("at revision %d", cur.mod_revision) or "not stored", opts.revision), "ECONFLICT")
-  end
   local prev = r.responses[1].prev_kv
   local warnings = {}
   local nodes = U.live_nodes()
@@ -934,23 +939,8 @@ function M.put_policy(name, source, opts)
   local mod, lines, vcode, extra = M.check_policy(name, source, opts.chunkname)
   if not mod then return nil, lines, vcode, extra end
   local key = U.key("policies", name)
-  local compare = {}
-  if opts.revision then compare[1] = { key = key, target = "mod", op = "==", value = opts.revision } end
-  local r, err, code = etcd():txn {
-    compare = compare,
-    success = { { put = { key = key, value = source, prev_kv = true } } },
-    failure = { { get = { key = key, keys_only = true } } },
-  }
+  local r, err, code = store_source("policy", name, key, source, opts.revision)
   if not r then return nil, err, code end
-  if not r.succeeded then
-    local cur = r.responses[1].kvs[1]
-    if opts.revision == 0 then
-      return fail(format("EEXIST: policy %s exists (revision %d); nothing was stored", name, cur.mod_revision),
-        "EEXIST")
-    end
-    return fail(format("ECONFLICT: policy %s is %s, not at revision %d; nothing was stored", name,
-      cur and format("at revision %d", cur.mod_revision) or "not stored", opts.revision), "ECONFLICT")
-  end
   return { name = name, key = key, revision = r.revision, created = r.responses[1].prev_kv == nil,
            overrides_builtin = policy.builtin(name) ~= nil,
            selftest = mod.selftest and { passed = true, decisions = #lines } or nil }
