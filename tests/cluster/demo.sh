@@ -26,14 +26,18 @@ demo=$!
 # While it runs: the dashboard URL it prints serves the page, and the
 # token it carries lets the API write.
 dash=""
-for _ in $(seq 150); do
+# (a loaded machine takes a while to start etcd and three nodes)
+for _ in $(seq 450); do
   dash=$(sed -n 's/^ *dashboard  \(http:[^ ]*\).*/\1/p' "$scratch/out" | head -n 1)
   [ -n "$dash" ] && break
   sleep 0.1
 done
 base=${dash%%#*} token=${dash##*#token=}
 if command -v curl >/dev/null; then
-  page=$(curl -sf -m 5 "$base" 2>/dev/null)
+  for _ in $(seq 50); do
+    page=$(curl -sf -m 5 "$base" 2>/dev/null) && break
+    sleep 0.2
+  done
   [[ $page == *'<script src="app.js"'* ]] && curl -sf -m 5 "${base}metrics" | grep -q '^baton_build_info'
   ok $? "the dashboard URL it prints serves the page, and /metrics answers (${base:-no URL})"
   # (tick may not be put yet: 404 is past the token check too)
