@@ -97,6 +97,13 @@ function M.split(source)
   return body, id or "?", sig or ""
 end
 
+-- The key id a source's signature line names, nil when it has none (not
+-- a proof of anything: verify is).
+function M.signer(source)
+  local _, id = M.split(source)
+  return id
+end
+
 -- sign(kind, name, source, secret) --> the source to store: source (any
 -- signature line it ends with replaced) with a signature by secret.
 function M.sign(kind, name, source, secret)
