@@ -226,5 +226,37 @@ T.like(r.stderr, "^baton: node z: %-%-trust .-/k1: is a secret key; trust its %.
 r = node_fails(dir .. "/tick.job.lua")
 T.like(r.stderr, "^baton: node z: %-%-trust .-: not a baton public key[^\n]*\n$", "--trust of another file: says so")
 
+-- 9. docs/security.md's examples work when pasted: each ```sh block whose
+-- first line is "# example: ..." runs with sh -e, in the page's order, in
+-- one directory, with baton on PATH and a private prefix.
+do
+  local root = os.getenv("BATON_ROOT") or "."
+  local fh = assert(io.open(root .. "/docs/security.md"))
+  local text = fh:read("*a")
+  fh:close()
+  local bin = os.getenv("BATON_BIN") or "bin/baton"
+  local bindir = bin:match("^(.*)/[^/]*$") or "."
+  local wd, P2 = dir .. "/docs", P .. "docs/"
+  sh("mkdir " .. wd)
+  local n = 0
+  for block in text:gmatch("```sh\n(.-)```") do
+    local title = block:match("^# example: ([^\n]*)")
+    if title then
+      n = n + 1
+      local f = write("example" .. n .. ".sh", block)
+      local res = sh(("cd %q && PATH=%q:$PATH BATON_PREFIX=%q BATON_ENDPOINTS=%q sh -e %q")
+        :format(wd, bindir, P2, os.getenv("BATON_ENDPOINTS"), f))
+      if not T.is(res.code, 0, "docs/security.md: " .. title) then T.diag(res.stderr) end
+    end
+  end
+  T.is(n, 2, "docs/security.md: found its examples")
+  local S = require "baton.sign"
+  local trust = assert(S.load_trust { wd .. "/deploy-2027.pub" })
+  local kv = assert(e:get(P2 .. "jobs/nightly")).kvs[1]
+  T.ok(kv and S.verify(trust, "job", "nightly", kv.value), "docs: the job is signed by the new key")
+  kv = assert(e:get(P2 .. "policies/anywhere")).kvs[1]
+  T.ok(kv and S.verify(trust, "policy", "anywhere", kv.value), "docs: the policy is signed by the new key")
+end
+
 c:destroy()
 T.done()
