@@ -70,8 +70,27 @@ T.like(stored:sub(#job_src("v1") + 1), "^%-%- baton%-signature: ed25519 " .. k1i
   "followed by one signature line, a Lua comment")
 local rev1 = rev_of("job", "tick")
 
--- 2. a node with --trust DIR runs it
-c:start("a", TTL, "--trust " .. dir .. "/trust")
+-- 2. a node with --trust DIR runs it (and serves the API, with a token)
+local function free_port()
+  local srv = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
+  local port = srv.port
+  srv:close()
+  return port
+end
+local PORT = free_port()
+write("token", "s3cret\n")
+local HTTP = ("--http 127.0.0.1:%d --http-token-file %s/token"):format(PORT, dir)
+-- curl METHOD PATH [BODY FILE] --> status, decoded body
+local function api(method, path, file)
+  local res = sh(("curl -sS -o %s/api.out -w '%%{http_code}' -X %s -H 'Authorization: Bearer s3cret' %s "
+    .. "'http://127.0.0.1:%d/api/v1/%s'"):format(dir, method, file and ("--data-binary @" .. file) or "", PORT, path))
+  local fh = io.open(dir .. "/api.out")
+  local body = fh and fh:read("*a") or ""
+  if fh then fh:close() end
+  local ok, v = pcall(baton.json.decode, body)
+  return tonumber(res.stdout), ok and v or body
+end
+c:start("a", TTL, "--trust " .. dir .. "/trust " .. HTTP)
 T.ok(c:loaded("tick", rev1), "the trusting node loaded the signed job")
 
 local function runs_since(t)
@@ -128,6 +147,11 @@ T.like(out, "\nerror: +a: untrusted: job tick: the signature by key " .. k1id ..
   "job show: the error")
 T.like(out, "\nsigned: +by key " .. k1id .. "\n", "job show: the key the signature line names")
 
+local status_code, body = api("GET", "jobs/tick")
+T.is(status_code, 200, "API: GET the job")
+T.is(type(body) == "table" and body.untrusted, true, "API: the job is untrusted")
+T.like(type(body) == "table" and body.error or "", "^a: untrusted: job tick: the signature by key", "API: with the error")
+
 -- an unsigned put (job put without --sign, or etcdctl put of a plain source)
 T.is(put("job", "tick", job_src("v2")).code, 0, "an unsigned job put is stored")
 refused("tick", rev_of("job", "tick"), "^untrusted: job tick is not signed %(this node runs only code signed by a "
@@ -148,6 +172,17 @@ local t4 = baton.now()
 baton.sleep(2.5)
 T.ok(all_rev(runs_since(t4 + 0.5), rev4), "and runs")
 T.is(status("tick", "a").error, baton.json.null, "its status has no error")
+
+-- the API's PUT stores a signed source as it is (signed where the key is)
+local S = require "baton.sign"
+local k2 = assert(S.load_secret(dir .. "/k2"))
+local viahttp = write("viahttp.signed", S.sign("job", "viahttp", job_src("http"), k2))
+status_code = api("PUT", "jobs/viahttp", viahttp)
+T.is(status_code, 201, "API: PUT of a signed source: created")
+T.ok(c:loaded("viahttp", rev_of("job", "viahttp")), "API: the signed source loads")
+status_code = api("PUT", "jobs/viahttp", write("viahttp.plain", job_src("http, unsigned")))
+T.is(status_code, 200, "API: PUT of an unsigned source: stored")
+refused("viahttp", rev_of("job", "viahttp"), "^untrusted: job viahttp is not signed", "API: an unsigned PUT")
 
 -- a replay: tick's signed source stored under another name is refused
 local v4 = assert(e:get(P .. "jobs/tick")).kvs[1].value
@@ -206,7 +241,7 @@ T.is(put("job", "old", job_src("old"), "k1").code, 0, "a job signed by k1")
 T.ok(c:loaded("old", rev_of("job", "old")), "loaded while k1 is trusted")
 c:stop("a")
 sh("rm " .. dir .. "/trust/k1.pub")
-c:start("a", TTL, "--trust " .. dir .. "/trust")
+c:start("a", TTL, "--trust " .. dir .. "/trust " .. HTTP)
 refused("old", rev_of("job", "old"), "^untrusted: job old is signed by key " .. k1id
   .. ", which this node does not trust %(it trusts %x+%)$", "after the rotation, k1's job")
 T.ok(c:loaded("tick", rev4), "after the rotation, k2's job loads")
