@@ -932,6 +932,7 @@ function M.show_policy(name)
   if mod then sok, slines = policy.selftest(mod) end
   d.source = kv and kv.value or nil
   d.version = kv and kv.version or nil
+  d.signed_by = kv and sign.signer(kv.value) or nil
   d.selftest = mod and mod.selftest and { passed = sok, lines = sok and json.array(slines) or nil,
     error = not sok and slines or nil } or nil
   return d

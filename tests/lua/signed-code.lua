@@ -207,6 +207,7 @@ T.like(r.stdout, ", signed by key " .. k1id, "policy put --sign: says which key"
 local prev = rev_of("policy", "anywhere")
 T.ok(N.wait(10, function() local s = pstatus("anywhere"); return s and s.revision == prev and s.error == baton.json.null end),
   "a signed policy loads")
+T.like(c:cli("policy", "show", "anywhere").stdout, "\nsigned: +by key " .. k1id .. "\n", "policy show: the key")
 T.is(put("policy", "anywhere", (POL:gsub("at once", "at once!"))).code, 0, "an unsigned policy put is stored")
 local prev2 = rev_of("policy", "anywhere")
 local ps = N.wait(10, function() local s = pstatus("anywhere"); return s and s.revision == prev2 and s end)

@@ -124,6 +124,7 @@ function sub.show(pos, opts)
   if d.stored then
     f[#f + 1] = { "key", format("%s (revision %d, version %d)", d.key, d.revision, d.version) }
     if d.builtin then f[#f + 1] = { "overrides", "the built-in " .. builtin_path(name) } end
+    f[#f + 1] = { "signed", d.signed_by and ("by key " .. d.signed_by) or "no" }
   else
     f[#f + 1] = { "source", "built-in " .. builtin_path(name) .. " (not stored in etcd)" }
   end
