@@ -92,7 +92,10 @@ function M.split(source)
   if not s then return source end
   local line = source:sub(s, e)
   local body = source:sub(1, s) -- (keeps the newline before the line)
-  if line:sub(1, 1) ~= "\n" then body = "" end
+  if line:sub(1, 1) ~= "\n" then
+    if s > 1 then return source end -- (not a line of its own: no signature)
+    body = ""
+  end
   local id, sig = line:match("ed25519 (%x+) ([%w+/=]+)%s*$")
   return body, id or "?", sig or ""
 end

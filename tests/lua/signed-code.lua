@@ -294,5 +294,18 @@ do
   T.ok(kv and S.verify(trust, "policy", "anywhere", kv.value), "docs: the policy is signed by the new key")
 end
 
+-- 10. the signature line must be a line of its own, the last one
+do
+  local S = require "baton.sign"
+  local trust = assert(S.load_trust { dir .. "/k2.pub" })
+  local good = S.sign("job", "x", job_src("x"), assert(S.load_secret(dir .. "/k2")))
+  T.ok(S.verify(trust, "job", "x", good), "a signed source verifies")
+  local line = good:match("\n(%-%- baton%-signature[^\n]*)\n$")
+  local _, err = S.verify(trust, "job", "x", "return {} " .. line .. "\n")
+  T.like(err or "", "^untrusted: job x is not signed", "a signature comment at the end of a code line is none")
+  _, err = S.verify(trust, "job", "x", good .. "os.exit(1)\n")
+  T.like(err or "", "^untrusted: job x is not signed", "code after the signature line: not signed")
+end
+
 c:destroy()
 T.done()
