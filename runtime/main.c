@@ -32,19 +32,22 @@ static const char usage[] =
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
   "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N]\n"
-  "       [--max-skew S]             run a scheduler node\n"
+  "       [--max-skew S] [--trust PUBKEY|DIR ...]   run a scheduler node\n"
   "  check FILE.lua                  validate a job or policy file: next 5 fires,\n"
   "                                  or a policy's decisions on a sample cluster\n"
-  "  job put FILE.lua [--name NAME]  check, then store at <prefix>jobs/<NAME>\n"
+  "  job put FILE.lua [--name NAME] [--sign KEY]\n"
+  "                                  check, then store at <prefix>jobs/<NAME>\n"
   "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
   "  job run NAME [--force] [--param k=v ...]   trigger one run now\n"
   "  job kill NAME [ID]              stop a running run and its processes\n"
   "  job pause NAME | resume NAME\n"
-  "  policy put FILE.lua [--name NAME]  check, then store at <prefix>policies/<NAME>\n"
+  "  policy put FILE.lua [--name NAME] [--sign KEY]\n"
+  "                                  check, then store at <prefix>policies/<NAME>\n"
   "  policy ls | show NAME | rm NAME\n"
   "  queue push QUEUE VALUE          add a task to a queue\n"
   "  nodes                           live nodes with labels, version, running runs\n"
   "  leader                          the elected cluster leader\n"
+  "  keygen FILE                     an Ed25519 key pair for signed code: FILE, FILE.pub\n"
   "\n"
   "global flags (and environment):\n"
   "  --endpoints URLS   BATON_ENDPOINTS  comma-separated etcd URLs\n"
@@ -262,6 +265,7 @@ static const struct {
   {"queue", cli_lua},
   {"nodes", cli_lua},
   {"leader", cli_lua},
+  {"keygen", cli_lua},
 };
 
 /* Runs the command argv[0] with argc - 1 arguments; 2 if there is none. */

@@ -24,6 +24,7 @@ local http = require "baton.node.http"
 local metrics = require "baton.node.metrics"
 local policymod = require "baton.policy"
 local events = require "baton.events"
+local sign = require "baton.sign"
 local json = baton.json
 
 local format, floor = string.format, math.floor
@@ -41,7 +42,7 @@ local function node_info(self)
     name = self.name, labels = self.labels, version = baton.version,
     started = self.started, running = self.nrunning, pid = self.pid,
     oldest_waiting = self.pool and self.pool:oldest_waiting() or nil,
-    clock = clock.info(self), max_skew = self.max_skew,
+    clock = clock.info(self), max_skew = self.max_skew, trust = self.trust_info,
   }
 end
 
@@ -309,7 +310,11 @@ local function apply_job(self, name, source, rev)
   local cur = self.jobs[name]
   if cur and cur.spec.revision == rev then return end
   self.store_version = self.store_version + 1 -- (what GET /api/v1/jobs lists changed)
-  local spec, err = jobmod.load(source, name, rev)
+  -- (with --trust, a source no trusted key signed is rejected like one
+  -- that does not load: err = "untrusted: ...")
+  local spec, err
+  if self.trust then _, err = sign.verify(self.trust, "job", name, source) end
+  if not err then spec, err = jobmod.load(source, name, rev) end
   if not spec then
     if self.bad[name] ~= rev then
       self.bad[name] = rev
@@ -326,6 +331,7 @@ local function apply_job(self, name, source, rev)
   self.jobs[name] = j
   events.note(self, name, spec)
   log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
+    signed_by = self.trust and sign.signer(source) or nil,
     schedule = spec.schedule or (spec.queue and "queue:" .. spec.queue) or "on events" })
   put_status(self, name, rev, nil)
   if spec.queue then
@@ -347,7 +353,9 @@ end
 local function apply_policy(self, name, source, rev)
   local cur = self.policies[name]
   if cur and cur.revision == rev then return end
-  local mod, err = policymod.load(source, name)
+  local mod, err
+  if self.trust then _, err = sign.verify(self.trust, "policy", name, source) end
+  if not err then mod, err = policymod.load(source, name) end
   if not mod then
     if self.bad_policies[name] ~= rev then
       self.bad_policies[name] = rev
@@ -359,7 +367,8 @@ local function apply_policy(self, name, source, rev)
   end
   self.bad_policies[name] = nil
   self.policies[name] = { mod = mod, revision = rev }
-  log("info", cur and "policy reloaded" or "policy loaded", { policy = name, revision = rev })
+  log("info", cur and "policy reloaded" or "policy loaded", { policy = name, revision = rev,
+    signed_by = self.trust and sign.signer(source) or nil })
   put_policy_status(self, name, rev, nil)
 end
 
@@ -677,6 +686,10 @@ function M.run(opts)
   self.claim_delay = function(name, spec, key) return claim_delay(self, name, spec, key) end
   self.publish = function() publish(self) end
   self.max_skew = opts.max_skew or clock.MAX_SKEW
+  -- --trust: only signed jobs and policies load (sign.lua); what the node
+  -- publishes of it, for baton nodes: {signed = false} runs unsigned code.
+  self.trust = opts.trust
+  self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }
   -- --http: its files are read before the node joins, and it listens once
   -- it has (node/http.lua); a failure of either ends the node at once.
   local web
@@ -700,7 +713,8 @@ function M.run(opts)
   self.pool = pool.new(self)
   self.nodes[self.name] = { name = self.name, labels = self.labels }
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
-                                prefix = self.P })
+                                prefix = self.P, trust = self.trust and table.concat(self.trust.ids, ",")
+                                  or "unsigned code allowed" })
   self.forever(fence, self)
   self.forever(leader.backstop, self)
 

@@ -29,6 +29,7 @@ local events = require "baton.events"
 local cycles = require "baton.cli.cycles"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
+local sign = require "baton.sign"
 
 local json = baton.json
 local format, concat = string.format, table.concat
@@ -159,7 +160,11 @@ local function describe(name, kv, paused, status_list, spec_for)
   if not spec then d.broken, d.error = true, verr end
   local running
   for _, st in ipairs(status_list or {}) do
-    if st.error then d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error)) end
+    if st.error then
+      d.broken, d.error = true, d.error or (st.node .. ": " .. tostring(st.error))
+      -- (a node started with --trust refused the source: sign.verify)
+      if tostring(st.error):match("^untrusted:") then d.untrusted = true end
+    end
     local rr = st.running
     if type(rr) == "number" and rr ~= kv.mod_revision and (not running or rr > running) then running = rr end
   end
@@ -326,7 +331,8 @@ function M.show_job(name)
   return {
     name = name, key = kv.key, revision = kv.mod_revision, created_revision = kv.create_revision,
     version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
-    running_revision = d.running_revision,
+    running_revision = d.running_revision, untrusted = d.untrusted,
+    signed_by = sign.signer(kv.value),
     spec = spec and job.summary(spec) or json.null,
     next = json.array(next), status = json.array(st), runs = json.array(rs),
   }
@@ -537,16 +543,32 @@ local function store_source(kind, name, key, source, rev)
     cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
 end
 
+-- The source to store: signed by opts.sign (a secret key, sign.lua) when
+-- given, after checks (which the signature line, a Lua comment, does not
+-- change), else as it is.
+local function signed(kind, name, source, opts)
+  if not opts.sign then return source end
+  source = sign.sign(kind, name, source, opts.sign)
+  local big = too_big(kind, name, #source)
+  if big then return fail(big, "EFBIG") end
+  return source
+end
+
 -- put_job(name, source [, opts]) --> {name, key, revision, created,
--- warnings = [...]}: stores the source at P jobs/<name> once check_job
--- passes. opts.chunkname: see check_job. opts.revision: store only if the
--- job is at that mod revision (0: only if there is no such job), else
--- EEXIST / ECONFLICT. A warning says when no live node has the job's
+-- signed_by?, warnings = [...]}: stores the source at P jobs/<name> once
+-- check_job passes. opts.chunkname: see check_job. opts.revision: store
+-- only if the job is at that mod revision (0: only if there is no such
+-- job), else EEXIST / ECONFLICT. opts.sign: a secret key (sign.load_secret)
+-- whose signature is stored with the source (nodes started with --trust
+-- load only signed code). A warning says when no live node has the job's
 -- labels (it is stored all the same).
 function M.put_job(name, source, opts)
   opts = opts or {}
   local spec, verr, vcode, extra = M.check_job(name, source, opts.chunkname)
   if not spec then return nil, verr, vcode, extra end
+  local serr, scode
+  source, serr, scode = signed("job", name, source, opts)
+  if not source then return nil, serr, scode end
   local key = U.key("jobs", name)
   local r, err, code = store_source("job", name, key, source, opts.revision)
   if not r then return nil, err, code end
@@ -556,7 +578,7 @@ function M.put_job(name, source, opts)
   local why = nodes and U.no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
   return { name = name, key = key, revision = r.revision, created = prev == nil,
-           warnings = json.array(warnings) }
+           signed_by = sign.signer(source), warnings = json.array(warnings) }
 end
 
 -- rm_job(name [, {purge = bool}]) --> {name, removed = true, purged = n}:
@@ -910,6 +932,7 @@ function M.show_policy(name)
   if mod then sok, slines = policy.selftest(mod) end
   d.source = kv and kv.value or nil
   d.version = kv and kv.version or nil
+  d.signed_by = kv and sign.signer(kv.value) or nil
   d.selftest = mod and mod.selftest and { passed = sok, lines = sok and json.array(slines) or nil,
     error = not sok and slines or nil } or nil
   return d
@@ -933,16 +956,19 @@ end
 -- put_policy(name, source [, opts]) --> {name, key, revision, created,
 -- overrides_builtin, selftest = {passed = true, decisions = n} | nil}:
 -- stores it at P policies/<name> once check_policy passes; every node uses
--- it from its next decision on. opts.revision as in put_job.
+-- it from its next decision on. opts.revision and opts.sign as in put_job.
 function M.put_policy(name, source, opts)
   opts = opts or {}
   local mod, lines, vcode, extra = M.check_policy(name, source, opts.chunkname)
   if not mod then return nil, lines, vcode, extra end
+  local serr, scode
+  source, serr, scode = signed("policy", name, source, opts)
+  if not source then return nil, serr, scode end
   local key = U.key("policies", name)
   local r, err, code = store_source("policy", name, key, source, opts.revision)
   if not r then return nil, err, code end
   return { name = name, key = key, revision = r.revision, created = r.responses[1].prev_kv == nil,
-           overrides_builtin = policy.builtin(name) ~= nil,
+           signed_by = sign.signer(source), overrides_builtin = policy.builtin(name) ~= nil,
            selftest = mod.selftest and { passed = true, decisions = #lines } or nil }
 end
 

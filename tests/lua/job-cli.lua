@@ -355,9 +355,9 @@ do
     running = 0, started = 1795989601 }, { lease = lease }))
   out, err, code = run("nodes")
   T.is(code, 0, "nodes: exit 0")
-  T.is(out, "NAME  VERSION  RUNNING  STARTED               LABELS             OFFSET\n"
-    .. "n-a   0.1.0    0        2026-11-29T22:00:01Z  -                  -\n"
-    .. "n-b   0.1.0    2        2026-11-29T22:00:00Z  region=eu,role=db  -\n", "nodes: aligned columns")
+  T.is(out, "NAME  VERSION  RUNNING  STARTED               LABELS             TRUST  OFFSET\n"
+    .. "n-a   0.1.0    0        2026-11-29T22:00:01Z  -                  -      -\n"
+    .. "n-b   0.1.0    2        2026-11-29T22:00:00Z  region=eu,role=db  -      -\n", "nodes: aligned columns")
   local list = baton.json.decode((run("nodes", "--json")))
   T.is(list and #list, 2, "nodes --json: an array")
   T.is(list and list[2].labels.role, "db", "nodes --json: with labels")

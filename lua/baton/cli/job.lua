@@ -26,7 +26,7 @@ local format, concat = string.format, table.concat
 local e = baton.etcd
 
 local USAGES = {
-  put = "baton job put FILE.lua [--name NAME] [--json]",
+  put = "baton job put FILE.lua [--name NAME] [--sign KEY] [--json]",
   ls = "baton job ls [--json]",
   show = "baton job show NAME [--json]",
   rm = "baton job rm NAME [--purge] [--json]",
@@ -47,8 +47,10 @@ local HELPS = {
   put = [[Validates FILE.lua as baton check does, refuses a policy that is neither
 stored nor built in and a file over etcd's request limit, then stores the
 source at <prefix>jobs/NAME (default NAME: the file's base name). Warns when
-no live node has the job's labels. --json prints {name, key, revision,
-created, warnings}, the body of PUT /api/v1/jobs/NAME (docs/api.md).]],
+no live node has the job's labels. --sign KEY stores a signature by the
+secret key KEY (baton keygen) with the source: nodes started with --trust
+run only signed code (docs/security.md). --json prints {name, key, revision,
+created, signed_by, warnings}, the body of PUT /api/v1/jobs/NAME (docs/api.md).]],
   ls = "One line per job: schedule, zone, next instant, state, last run.",
   show = "The job's spec, the revision each node loaded (or its error), the last 10 runs.",
   rm = [[Deletes the job, its paused flag, node statuses and triggers; --purge also its
@@ -126,7 +128,9 @@ local sub = {}
 
 function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "job", usage, die)
-  local r, err, code, extra = ops.put_job(name, source, { chunkname = file })
+  local secret, serr = U.signing_key(opts)
+  if serr then return die("put", name, serr) end
+  local r, err, code, extra = ops.put_job(name, source, { chunkname = file, sign = secret })
   if not r then
     -- (a source that does not validate is named by its file; etcd's
     -- refusal by the job)
@@ -136,8 +140,9 @@ function sub.put(pos, opts)
     U.print_json(r)
     return baton.exit(0)
   end
-  io.stdout:write(format("%s job %s at %s (revision %d)\n",
-    r.created and "created" or "updated", name, r.key, r.revision))
+  io.stdout:write(format("%s job %s at %s (revision %d)%s\n",
+    r.created and "created" or "updated", name, r.key, r.revision,
+    r.signed_by and (", signed by key " .. r.signed_by) or ""))
   io.stdout:flush()
   for _, w in ipairs(r.warnings) do
     io.stderr:write(format("baton: job put %s: warning: %s\n", name, w))
@@ -147,7 +152,8 @@ end
 
 -- The STATE column of a job.
 local function state_text(d)
-  local s = d.broken and (d.paused and "broken,paused" or "broken") or (d.paused and "paused" or "active")
+  local b = d.untrusted and "untrusted" or "broken"
+  local s = d.broken and (d.paused and b .. ",paused" or b) or (d.paused and "paused" or "active")
   if d.running_revision then s = s .. format(" (runs rev %d)", d.running_revision) end
   return s
 end
@@ -223,6 +229,7 @@ function sub.show(pos, opts)
     end
   end
   f[#f + 1] = { "paused", d.paused and "yes" or "no" }
+  f[#f + 1] = { "signed", d.signed_by and ("by key " .. d.signed_by) or "no" }
   if d.error then f[#f + 1] = { "error", d.error } end
   U.print_fields(f)
 
@@ -596,7 +603,7 @@ end
 
 local FLAGS = {
   logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
-  put = { name = "string", json = "flag" },
+  put = { name = "string", sign = "string", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
   history = { n = "count", json = "flag" },

@@ -8,7 +8,8 @@ local baton = require "baton"
 local A = require "baton.cli.args"
 
 local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
-  .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]"
+  .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
+  .. "                  [--trust PUBKEY|DIR ...]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
   --ttl S         the node's lease in seconds (default 10): a dead node's
@@ -29,7 +30,15 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   Authorization: Bearer TOKEN, TOKEN being F's first line;
                   without it the API is read-only
   --http-cert F --http-key F
-                  serve HTTPS with this certificate and key (PEM files)]]
+                  serve HTTPS with this certificate and key (PEM files)
+  --trust PUBKEY|DIR
+                  load only jobs and policies signed (job put --sign) by one
+                  of these public keys: a FILE.pub of baton keygen, or a
+                  directory of *.pub files; may be given again (several
+                  keys at once: rotation). Anything else is refused and the
+                  last good version keeps running (docs/security.md).
+                  Without it the node runs unsigned code, and baton nodes
+                  says so]]
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -42,7 +51,7 @@ return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
     workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
-    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string" }, { ... }, HELP)
+    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local http
   if opts.http then
@@ -68,9 +77,15 @@ return function(...)
     if not k then return A.usage("node", USAGE, "--labels: k=v,... expected, not \"" .. pair .. "\"") end
     labels[k] = v
   end
+  local trust
+  if opts.trust and #opts.trust > 0 then
+    local terr
+    trust, terr = require("baton.sign").load_trust(opts.trust)
+    if not trust then return A.die("node " .. name .. ": " .. terr) end
+  end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
                                              workers = opts.workers, history = opts.history,
-                                             max_skew = opts["max-skew"], http = http }
+                                             max_skew = opts["max-skew"], http = http, trust = trust }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

@@ -1,6 +1,6 @@
 -- baton nodes [--json]: the live nodes, from the JSON each one keeps at
 -- P nodes/<name> on its session lease: {name, labels, version, running,
--- started, clock, max_skew}. No nodes: says so on stderr (a wrong --prefix
+-- started, clock, max_skew, trust = {signed, keys = [key ids]}}. No nodes: says so on stderr (a wrong --prefix
 -- is the usual reason) and exits 0.
 --
 -- OFFSET is the node's clock against the cluster's (node/clock.lua):
@@ -13,8 +13,10 @@ local U = require "baton.cli.util"
 
 local USAGE = "baton nodes [--json]"
 local HELP = [[The live nodes under <prefix>nodes/: name, version, running runs, start time,
-labels, and the clock's offset against the cluster's (! beyond its
---max-skew, ? not measured yet).]]
+labels, what code it runs (TRUST: "signed (N keys)" for a node started with
+--trust, "unsigned ok" for one that runs any job stored in etcd), and the
+clock's offset against the cluster's (! beyond its --max-skew, ? not
+measured yet).]]
 
 -- The OFFSET cell of a node's published clock.
 local function offset(k)
@@ -23,6 +25,16 @@ local function offset(k)
   local c = math.floor(k.correction * 1000 + 0.5) / 1000
   if c == 0 then c = 0 end -- "+0.000s", never "-0.000s"
   return ("%+.3fs±%.3f"):format(c, type(k.error) == "number" and k.error or 0) .. (k.skewed == true and "!" or "")
+end
+
+-- The TRUST cell: "signed (N keys)" for a node started with --trust,
+-- which loads only signed jobs and policies; "unsigned ok" for one that
+-- runs any code stored in etcd; "-" for a node that does not say.
+local function trust(t)
+  if type(t) ~= "table" then return "-" end
+  if t.signed ~= true then return "unsigned ok" end
+  local n = type(t.keys) == "table" and #t.keys or 0
+  return ("signed (%d key%s)"):format(n, n == 1 and "" or "s")
 end
 
 -- "running" may be a count or a list of runs.
@@ -46,7 +58,7 @@ return function(...)
     rows[#rows + 1] = {
       v.name, tostring(U.field(v, "version") or "-"), tostring(count(U.field(v, "running"))),
       type(started) == "number" and U.instant(started) or "-", #l > 0 and table.concat(l, ",") or "-",
-      offset(U.field(v, "clock")),
+      trust(U.field(v, "trust")), offset(U.field(v, "clock")),
     }
   end
   if #list == 0 and not opts.json then
@@ -56,7 +68,7 @@ return function(...)
     U.print_json(list)
   else
     -- (OFFSET last: its "±" is two bytes, which the column widths count.)
-    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "OFFSET" }, rows)
+    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "TRUST", "OFFSET" }, rows)
   end
   baton.exit(0)
 end

@@ -17,7 +17,7 @@ local ops = require "baton.ops"
 local format, concat = string.format, table.concat
 
 local USAGES = {
-  put = "baton policy put FILE.lua [--name NAME] [--json]",
+  put = "baton policy put FILE.lua [--name NAME] [--sign KEY] [--json]",
   ls = "baton policy ls [--json]",
   show = "baton policy show NAME [--json]",
   rm = "baton policy rm NAME [--json]",
@@ -27,6 +27,8 @@ for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       "
 local HELPS = {
   put = [[Checks FILE.lua (compile, fields, self-test) and stores it at
 <prefix>policies/NAME; every node uses it from its next decision on.
+--sign KEY stores a signature by the secret key KEY (baton keygen) with it
+(nodes started with --trust load only signed policies; docs/security.md).
 --json prints the body of PUT /api/v1/policies/NAME (docs/api.md).]],
   ls = "Every policy, stored and built in, with its functions and each node's load status.",
   show = "A policy's source revision, its functions, and each node's load status.",
@@ -74,14 +76,17 @@ local sub = {}
 
 function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "policy", usage, die)
-  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file })
+  local secret, serr = U.signing_key(opts)
+  if serr then return die("put", name, serr) end
+  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file, sign = secret })
   if not r then return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
   if opts.json then
     U.print_json(r)
     return baton.exit(0)
   end
-  io.stdout:write(format("%s policy %s at %s (revision %d)%s%s\n",
+  io.stdout:write(format("%s policy %s at %s (revision %d)%s%s%s\n",
     r.created and "created" or "updated", name, r.key, r.revision,
+    r.signed_by and (", signed by key " .. r.signed_by) or "",
     r.overrides_builtin and format(", overriding the built-in %s", name) or "",
     r.selftest and format("; selftest passed (%d decisions)", r.selftest.decisions) or ""))
   baton.exit(0)
@@ -119,6 +124,7 @@ function sub.show(pos, opts)
   if d.stored then
     f[#f + 1] = { "key", format("%s (revision %d, version %d)", d.key, d.revision, d.version) }
     if d.builtin then f[#f + 1] = { "overrides", "the built-in " .. builtin_path(name) } end
+    f[#f + 1] = { "signed", d.signed_by and ("by key " .. d.signed_by) or "no" }
   else
     f[#f + 1] = { "source", "built-in " .. builtin_path(name) .. " (not stored in etcd)" }
   end
@@ -163,7 +169,7 @@ function sub.rm(pos, opts)
 end
 
 local FLAGS = {
-  put = { name = "string", json = "flag" },
+  put = { name = "string", sign = "string", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
   rm = { json = "flag" },

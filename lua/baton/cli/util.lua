@@ -143,6 +143,15 @@ function M.put_args(pos, opts, kind, usage, die)
   return name, source, file
 end
 
+-- The secret key of put's --sign KEY (nil without --sign), or nil and
+-- the error ("--sign: ...").
+function M.signing_key(opts)
+  if not opts.sign then return nil end
+  local secret, err = require("baton.sign").load_secret(opts.sign)
+  if not secret then return nil, "--sign: " .. err end
+  return secret
+end
+
 -- The base name of a path without its .lua extension.
 function M.base_name(path)
   return (path:match("([^/]*)$"):gsub("%.lua$", ""))
