@@ -17,16 +17,19 @@ local ops = require "baton.ops"
 local format, concat = string.format, table.concat
 
 local USAGES = {
-  put = "baton policy put FILE.lua [--name NAME] [--json]",
+  put = "baton policy put FILE.lua [--name NAME] [--author WHO] [--keep-versions N] [--json]",
   ls = "baton policy ls [--json]",
   show = "baton policy show NAME [--json]",
-  rm = "baton policy rm NAME [--json]",
+  rm = "baton policy rm NAME [--author WHO] [--json]",
 }
-local USAGE = "baton policy put|ls|show|rm ..."
-for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       " .. USAGES[k] end
+local ORDER = { "put", "ls", "show", "rm" }
+local USAGE -- set below, once versions|diff|rollback are added
 local HELPS = {
   put = [[Checks FILE.lua (compile, fields, self-test) and stores it at
 <prefix>policies/NAME; every node uses it from its next decision on.
+Records a version (baton policy versions) by --author WHO (default: the
+etcd user when etcd auth is on, else $USER@host), the last --keep-versions N
+kept (default 20).
 --json prints the body of PUT /api/v1/policies/NAME (docs/api.md).]],
   ls = "Every policy, stored and built in, with its functions and each node's load status.",
   show = "A policy's source revision, its functions, and each node's load status.",
@@ -74,7 +77,8 @@ local sub = {}
 
 function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "policy", usage, die)
-  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file })
+  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file, author = opts.author,
+                                                             keep = opts["keep-versions"] })
   if not r then return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
   if opts.json then
     U.print_json(r)
@@ -84,6 +88,8 @@ function sub.put(pos, opts)
     r.created and "created" or "updated", name, r.key, r.revision,
     r.overrides_builtin and format(", overriding the built-in %s", name) or "",
     r.selftest and format("; selftest passed (%d decisions)", r.selftest.decisions) or ""))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: policy put %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 
@@ -152,7 +158,7 @@ end
 
 function sub.rm(pos, opts)
   local name = one_name(pos)
-  local r, err = ops.rm_policy(name)
+  local r, err = ops.rm_policy(name, { author = opts.author })
   if not r then return die("rm", name, err) end
   if opts.json then
     U.print_json(r)
@@ -163,11 +169,16 @@ function sub.rm(pos, opts)
 end
 
 local FLAGS = {
-  put = { name = "string", json = "flag" },
+  put = { name = "string", author = "string", ["keep-versions"] = "count", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
-  rm = { json = "flag" },
+  rm = { author = "string", json = "flag" },
 }
+
+require "baton.cli.versions" ("policy", { sub = sub, usages = USAGES, helps = HELPS, flags = FLAGS,
+  order = ORDER, usage = usage, die = die })
+USAGE = "baton policy " .. table.concat(ORDER, "|") .. " ..."
+for _, k in ipairs(ORDER) do USAGE = USAGE .. "\n       " .. USAGES[k] end
 
 return function(...)
   return A.dispatch("policy", { ... }, { sub = sub, usages = USAGES, helps = HELPS, usage = USAGE,
