@@ -26,7 +26,11 @@ set -eu
 
 endpoints=${ETCDCTL_ENDPOINTS:-${BATON_ENDPOINTS:-http://127.0.0.1:2379}}
 prefix=${BATON_PREFIX:-/baton/}
-user="" cacert="" cert="" key="" rp="baton-" node="" deployer="" viewer=""
+user=${ETCDCTL_USER:-} cacert=${ETCDCTL_CACERT:-} cert=${ETCDCTL_CERT:-} key=${ETCDCTL_KEY:-}
+rp="baton-" node="" deployer="" viewer=""
+# (etcdctl refuses a flag that an ETCDCTL_ variable also sets: the script
+# passes flags only)
+unset ETCDCTL_ENDPOINTS ETCDCTL_USER ETCDCTL_CACERT ETCDCTL_CERT ETCDCTL_KEY
 enable=0 rootpw="" dry=0
 
 usage() {
