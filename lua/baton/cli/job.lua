@@ -282,6 +282,8 @@ function sub.rm(pos, opts)
   end
   io.stdout:write(format("removed job %s%s\n", name,
     opts.purge and format(" and its %d run records", r.purged) or " (run history kept; --purge removes it)"))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: job rm %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 

@@ -165,6 +165,8 @@ function sub.rm(pos, opts)
     return baton.exit(0)
   end
   io.stdout:write(format("removed policy %s; jobs naming it now use %s\n", name, r.now))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: policy rm %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 
