@@ -575,7 +575,7 @@ function M.rm_job(name, opts)
   local e = etcd()
   local jkey = U.key("jobs", name)
   local ops = {
-    { delete = { key = jkey } },
+    { delete = { key = jkey, prev_kv = true } },
     { delete = { key = U.key("paused", name) } },
     { delete = { key = U.key("status", name) .. "/", prefix = true } },
     { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
@@ -600,7 +600,8 @@ function M.rm_job(name, opts)
   }
   if not r then return nil, err, code end
   if not r.succeeded then return fail("ENOENT: no job " .. name .. " at " .. jkey, "ENOENT") end
-  local vok, verr = versions.record("job", name, r.revision, nil, { op = "rm", author = opts.author })
+  local vok, verr = versions.record("job", name, r.revision, nil, { op = "rm", author = opts.author },
+    r.responses[1].prev_kvs[1])
   return { name = name, removed = true, purged = opts.purge and r.responses[#ops].deleted or 0,
            warnings = not vok and json.array { versions.warning("job", name, verr) } or nil }
 end
@@ -966,7 +967,7 @@ function M.rm_policy(name, opts)
   local r, err, code = etcd():txn {
     compare = { { key = key, target = "create", op = ">", value = 0 } },
     success = {
-      { delete = { key = key } },
+      { delete = { key = key, prev_kv = true } },
       { delete = { key = U.key("policy-status", name) .. "/", prefix = true } },
     },
   }
@@ -975,7 +976,8 @@ function M.rm_policy(name, opts)
     return fail("ENOENT: no policy " .. name .. " at " .. key
       .. (policy.builtin(name) and " (built-in policies cannot be removed)" or ""), "ENOENT")
   end
-  local vok, verr = versions.record("policy", name, r.revision, nil, { op = "rm", author = opts.author })
+  local vok, verr = versions.record("policy", name, r.revision, nil, { op = "rm", author = opts.author },
+    r.responses[1].prev_kvs[1])
   return { name = name, removed = true,
            warnings = not vok and json.array { versions.warning("policy", name, verr) } or nil,
            now = policy.builtin(name) and ("the built-in " .. name) or "the default policy" }

@@ -78,27 +78,26 @@ function M.record(kind, name, revision, source, opts, prev)
     if rev and rev ~= revision then revs[#revs + 1] = rev end
     if rev then have[rev] = true end
   end
-  local ops = {}
-  if prev and prev.mod_revision and not have[prev.mod_revision] then
-    local raw = { op = "put (not through baton)", author = "unknown", revision = prev.mod_revision,
-                  sha256 = baton._sha256(prev.value or ""), size = #(prev.value or "") }
-    ops[1] = { put = { key = pfx .. prev.mod_revision, value = json.encode(raw) .. "\n" .. (prev.value or "") } }
-    revs[#revs + 1] = prev.mod_revision
-  end
   table.sort(revs, function(a, b) return a > b end)
+  -- The raw put this write replaced, when it is among the keep - 1 newest
+  -- others: its own txn (two sources in one could pass etcd's limit).
+  local pr = prev and prev.mod_revision
+  if pr and pr ~= revision and not have[pr] and keep > 1 and (#revs < keep - 1 or pr > revs[keep - 1]) then
+    local raw = { op = "put (not through baton)", author = "unknown", revision = pr,
+                  sha256 = baton._sha256(prev.value or ""), size = #(prev.value or "") }
+    local ok, rerr, rcode = e:put(pfx .. pr, json.encode(raw) .. "\n" .. (prev.value or ""))
+    if not ok then return nil, rerr, rcode end
+    have[pr] = true
+    revs[#revs + 1] = pr
+    table.sort(revs, function(a, b) return a > b end)
+  end
   local meta = {
     op = opts.op or (source and "put" or "rm"), author = M.author(opts.author), time = baton.now(),
     revision = revision, sha256 = source and baton._sha256(source) or nil, size = source and #source or nil,
     etcd_user = baton.config and baton.config.user or nil,
   }
-  ops[#ops + 1] = { put = { key = pfx .. revision, value = json.encode(meta) .. "\n" .. (source or "") } }
-  for i = keep, #revs do
-    if have[revs[i]] then
-      ops[#ops + 1] = { delete = { key = pfx .. revs[i] } }
-    elseif ops[1].put.key == pfx .. revs[i] then
-      table.remove(ops, 1) -- the raw put's entry would go at once: not written
-    end
-  end
+  local ops = { { put = { key = pfx .. revision, value = json.encode(meta) .. "\n" .. (source or "") } } }
+  for i = keep, #revs do ops[#ops + 1] = { delete = { key = pfx .. revs[i] } } end
   local t, terr, tcode = e:txn { success = ops }
   if not t then return nil, terr, tcode end
   return true
