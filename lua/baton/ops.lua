@@ -554,12 +554,12 @@ function M.put_job(name, source, opts)
   if not r then return nil, err, code end
   local prev = r.responses[1].prev_kv
   local warnings = {}
-  -- the version log (baton.versions): author, time, SHA-256 and source
-  local vok, verr2 = versions.record("job", name, r.revision, source, opts, prev)
-  if not vok then warnings[#warnings + 1] = versions.warning("job", name, verr2) end
   local nodes = U.live_nodes()
   local why = nodes and U.no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
+  -- the version log (baton.versions): author, time, SHA-256 and source
+  local vok, verr2 = versions.record("job", name, r.revision, source, opts, prev)
+  if not vok then warnings[#warnings + 1] = versions.warning("job", name, verr2) end
   return { name = name, key = key, revision = r.revision, created = prev == nil,
            warnings = json.array(warnings) }
 end
