@@ -107,6 +107,24 @@ T.like(err, "permission denied", "permission denied")
 T.is(select(3, baton.etcd.new { endpoints = srv.url, user = "view", password = "view-secret" }
   :put(P .. "versions/jobs/hello/1", "x")), "EACCES", "viewer: cannot forge a version entry")
 
+-- a user that may write jobs/ but not versions/: the put happens, and
+-- says that its version was not recorded
+local function ctl(...)
+  local r = assert(baton.exec { "etcdctl", "--endpoints", srv.url, "--user", "root:root-secret", timeout = 30, ... })
+  assert(r.code == 0, r.stderr)
+end
+ctl("role", "add", "narrow")
+ctl("role", "grant-permission", "narrow", "--prefix=true", "read", P)
+ctl("role", "grant-permission", "narrow", "--prefix=true", "readwrite", P .. "jobs/")
+ctl("user", "add", "narrow:narrow-secret")
+ctl("user", "grant-role", "narrow", "narrow")
+out, err, code = as("narrow", "narrow-secret", "job", "put", dir .. "/hello.lua", "--name", "narrowjob")
+T.is(code, 0, "a user without versions/: the put works")
+T.like(err, "warning: the job narrowjob was stored, but its version entry was not recorded: EACCES: [^\n]*"
+  .. "permission denied\n", "and warns that no version was recorded")
+out = as("deploy", "deploy-secret", "job", "versions", "narrowjob")
+T.like(out, "\n%d+ %*%s+%-%s+unknown%s", "which then shows as unknown")
+
 -- the deployer's other writes: a policy, a queue task, rm --purge
 F.write(dir .. "/pol.lua", 'return { claim_delay = function() return 0 end }\n')
 _, err, code = as("deploy", "deploy-secret", "policy", "put", dir .. "/pol.lua")
