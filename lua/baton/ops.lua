@@ -30,6 +30,7 @@ local cycles = require "baton.cli.cycles"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
 local sign = require "baton.sign"
+local versions = require "baton.versions"
 
 local json = baton.json
 local format, concat = string.format, table.concat
@@ -561,7 +562,8 @@ end
 -- job), else EEXIST / ECONFLICT. opts.sign: a secret key (sign.load_secret)
 -- whose signature is stored with the source (nodes started with --trust
 -- load only signed code). A warning says when no live node has the job's
--- labels (it is stored all the same).
+-- labels (it is stored all the same). opts.author, opts.keep, opts.op:
+-- the version log's entry (baton.versions.record).
 function M.put_job(name, source, opts)
   opts = opts or {}
   local spec, verr, vcode, extra = M.check_job(name, source, opts.chunkname)
@@ -577,6 +579,9 @@ function M.put_job(name, source, opts)
   local nodes = U.live_nodes()
   local why = nodes and U.no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
+  -- the version log (baton.versions): author, time, SHA-256 and source
+  local vok, verr2 = versions.record("job", name, r.revision, source, opts, prev)
+  if not vok then warnings[#warnings + 1] = versions.warning("job", name, verr2) end
   return { name = name, key = key, revision = r.revision, created = prev == nil,
            signed_by = sign.signer(source), warnings = json.array(warnings) }
 end
@@ -592,7 +597,7 @@ function M.rm_job(name, opts)
   local e = etcd()
   local jkey = U.key("jobs", name)
   local ops = {
-    { delete = { key = jkey } },
+    { delete = { key = jkey, prev_kv = true } },
     { delete = { key = U.key("paused", name) } },
     { delete = { key = U.key("status", name) .. "/", prefix = true } },
     { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
@@ -617,7 +622,10 @@ function M.rm_job(name, opts)
   }
   if not r then return nil, err, code end
   if not r.succeeded then return fail("ENOENT: no job " .. name .. " at " .. jkey, "ENOENT") end
-  return { name = name, removed = true, purged = opts.purge and r.responses[#ops].deleted or 0 }
+  local vok, verr = versions.record("job", name, r.revision, nil, { op = "rm", author = opts.author },
+    r.responses[1].prev_kvs[1])
+  return { name = name, removed = true, purged = opts.purge and r.responses[#ops].deleted or 0,
+           warnings = not vok and json.array { versions.warning("job", name, verr) } or nil }
 end
 
 -- Sets or clears the paused flag of an existing job: {job, paused, changed}.
@@ -967,22 +975,26 @@ function M.put_policy(name, source, opts)
   local key = U.key("policies", name)
   local r, err, code = store_source("policy", name, key, source, opts.revision)
   if not r then return nil, err, code end
+  local vok, verr = versions.record("policy", name, r.revision, source, opts, r.responses[1].prev_kv)
   return { name = name, key = key, revision = r.revision, created = r.responses[1].prev_kv == nil,
-           signed_by = sign.signer(source), overrides_builtin = policy.builtin(name) ~= nil,
+           signed_by = sign.signer(source),
+           warnings = not vok and json.array { versions.warning("policy", name, verr) } or nil,
+           overrides_builtin = policy.builtin(name) ~= nil,
            selftest = mod.selftest and { passed = true, decisions = #lines } or nil }
 end
 
 -- rm_policy(name) --> {name, removed = true, now = "the built-in NAME" |
 -- "the default policy"}: deletes a stored policy and its node statuses;
 -- jobs naming it use the built-in of that name, or the default.
-function M.rm_policy(name)
+function M.rm_policy(name, opts)
+  opts = opts or {}
   local ok, nerr, ncode = check_name("policy", name)
   if not ok then return nil, nerr, ncode end
   local key = U.key("policies", name)
   local r, err, code = etcd():txn {
     compare = { { key = key, target = "create", op = ">", value = 0 } },
     success = {
-      { delete = { key = key } },
+      { delete = { key = key, prev_kv = true } },
       { delete = { key = U.key("policy-status", name) .. "/", prefix = true } },
     },
   }
@@ -991,8 +1003,37 @@ function M.rm_policy(name)
     return fail("ENOENT: no policy " .. name .. " at " .. key
       .. (policy.builtin(name) and " (built-in policies cannot be removed)" or ""), "ENOENT")
   end
+  local vok, verr = versions.record("policy", name, r.revision, nil, { op = "rm", author = opts.author },
+    r.responses[1].prev_kvs[1])
   return { name = name, removed = true,
+           warnings = not vok and json.array { versions.warning("policy", name, verr) } or nil,
            now = policy.builtin(name) and ("the built-in " .. name) or "the default policy" }
+end
+
+---------------------------------------------------------------------------
+-- the version log (baton.versions): `baton job|policy versions|diff|
+-- rollback`, GET /api/v1/jobs/{name}/versions
+
+-- versions(kind, name) --> the log, newest first (versions.list).
+function M.versions(kind, name)
+  local ok, nerr, ncode = check_name(kind, name)
+  if not ok then return nil, nerr, ncode end
+  return versions.list(kind, name)
+end
+
+-- diff_versions(kind, name, r1, r2) --> unified diff text.
+function M.diff_versions(kind, name, r1, r2)
+  local ok, nerr, ncode = check_name(kind, name)
+  if not ok then return nil, nerr, ncode end
+  return versions.diff(kind, name, r1, r2)
+end
+
+-- rollback(kind, name, rev [, opts]) --> as put_job / put_policy, with
+-- rolled_back = rev.
+function M.rollback(kind, name, rev, opts)
+  local ok, nerr, ncode = check_name(kind, name)
+  if not ok then return nil, nerr, ncode end
+  return versions.rollback(kind, name, rev, opts)
 end
 
 return M

@@ -21,6 +21,7 @@ int bt_lua_open_signal(lua_State *L); /* baton.signal */
 int bt_lua_open_chan(lua_State *L);   /* baton.channel */
 int bt_lua_open_httpd(lua_State *L);  /* baton.httpd (the server) */
 int bt_lua_open_sign(lua_State *L);   /* baton._sign (Ed25519) */
+int bt_lua_open_hash(lua_State *L);   /* baton._sha256 (libcrypto) */
 
 /* The parent's end of a spawn channel (lua_chan.c): bt__chan_new pushes a
  * channel object and returns its pipe, to be given to uv_spawn as a

@@ -528,7 +528,8 @@ static int open_baton(lua_State *L) {
   int (*opens[])(lua_State *) = {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
     bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
-    bt_lua_open_chan, bt_lua_open_httpd, bt_lua_open_sign, NULL
+    bt_lua_open_chan, bt_lua_open_httpd, bt_lua_open_sign, bt_lua_open_hash,
+    NULL
   };
   int i;
 

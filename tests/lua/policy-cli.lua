@@ -103,7 +103,7 @@ do
   T.like(err, "precompiled bytecode is refused", "put: says so")
   _, err, code = run("policy", "put")
   T.is(code, 2, "put without FILE: usage error")
-  T.like(err, "^baton: policy put: needs a FILE\nusage: baton policy put FILE%.lua %[%-%-name NAME%] %[%-%-sign KEY%] %[%-%-json%]\n$", "put: usage")
+  T.like(err, "^baton: policy put: needs a FILE\nusage: baton policy put FILE%.lua %[%-%-name NAME%] %[%-%-sign KEY%] %[%-%-author WHO%] %[%-%-keep%-versions N%] %[%-%-json%]\n$", "put: usage")
   _, err, code = run("policy", "put", good, "--name", "a b")
   T.is(code, 2, "put: an invalid name is a usage error")
 end

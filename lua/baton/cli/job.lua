@@ -26,10 +26,10 @@ local format, concat = string.format, table.concat
 local e = baton.etcd
 
 local USAGES = {
-  put = "baton job put FILE.lua [--name NAME] [--sign KEY] [--json]",
+  put = "baton job put FILE.lua [--name NAME] [--sign KEY] [--author WHO] [--keep-versions N] [--json]",
   ls = "baton job ls [--json]",
   show = "baton job show NAME [--json]",
-  rm = "baton job rm NAME [--purge] [--json]",
+  rm = "baton job rm NAME [--purge] [--author WHO] [--json]",
   run = "baton job run NAME [--force] [--param k=v ...] [--json]",
   kill = "baton job kill NAME [ID]",
   pause = "baton job pause NAME [--json]",
@@ -38,10 +38,7 @@ local USAGES = {
   logs = "baton job logs NAME [ID] [--attempt N] [-f] [--json]",
 }
 local ORDER = { "put", "ls", "show", "rm", "run", "kill", "pause", "resume", "history", "logs" }
-local USAGE = "baton job put|ls|show|rm|run|kill|pause|resume|history|logs ..."
-for _, k in ipairs(ORDER) do
-  USAGE = USAGE .. "\n       " .. USAGES[k]
-end
+local USAGE -- set below, once versions|diff|rollback are added
 -- What --help says after the usage line.
 local HELPS = {
   put = [[Validates FILE.lua as baton check does, refuses a policy that is neither
@@ -49,8 +46,11 @@ stored nor built in and a file over etcd's request limit, then stores the
 source at <prefix>jobs/NAME (default NAME: the file's base name). Warns when
 no live node has the job's labels. --sign KEY stores a signature by the
 secret key KEY (baton keygen) with the source: nodes started with --trust
-run only signed code (docs/security.md). --json prints {name, key, revision,
-created, signed_by, warnings}, the body of PUT /api/v1/jobs/NAME (docs/api.md).]],
+run only signed code (docs/security.md). Records a version (baton job
+versions): --author WHO (default: the etcd user when etcd auth is on, else
+$USER@host), the last --keep-versions N kept (default 20). --json prints
+{name, key, revision, created, signed_by, warnings}, the body of PUT
+/api/v1/jobs/NAME (docs/api.md).]],
   ls = "One line per job: schedule, zone, next instant, state, last run.",
   show = "The job's spec, the revision each node loaded (or its error), the last 10 runs.",
   rm = [[Deletes the job, its paused flag, node statuses and triggers; --purge also its
@@ -130,7 +130,8 @@ function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "job", usage, die)
   local secret, serr = U.signing_key(opts)
   if serr then return die("put", name, serr) end
-  local r, err, code, extra = ops.put_job(name, source, { chunkname = file, sign = secret })
+  local r, err, code, extra = ops.put_job(name, source, { chunkname = file, sign = secret,
+                                                          author = opts.author, keep = opts["keep-versions"] })
   if not r then
     -- (a source that does not validate is named by its file; etcd's
     -- refusal by the job)
@@ -281,7 +282,7 @@ end
 
 function sub.rm(pos, opts)
   local name = one_name("rm", pos)
-  local r, err = ops.rm_job(name, { purge = opts.purge })
+  local r, err = ops.rm_job(name, { purge = opts.purge, author = opts.author })
   if not r then return die("rm", name, err) end
   if opts.json then
     U.print_json(r)
@@ -289,6 +290,8 @@ function sub.rm(pos, opts)
   end
   io.stdout:write(format("removed job %s%s\n", name,
     opts.purge and format(" and its %d run records", r.purged) or " (run history kept; --purge removes it)"))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: job rm %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 
@@ -603,15 +606,22 @@ end
 
 local FLAGS = {
   logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
-  put = { name = "string", sign = "string", json = "flag" },
+  put = { name = "string", sign = "string", author = "string", ["keep-versions"] = "count", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
   history = { n = "count", json = "flag" },
-  rm = { purge = "flag", json = "flag" },
+  rm = { purge = "flag", author = "string", json = "flag" },
   run = { force = "flag", param = "list", json = "flag" },
   kill = {},
   pause = { json = "flag" }, resume = { json = "flag" },
 }
+
+require "baton.cli.versions" ("job", { sub = sub, usages = USAGES, helps = HELPS, flags = FLAGS,
+  order = ORDER, usage = usage, die = die })
+USAGE = "baton job " .. table.concat(ORDER, "|") .. " ..."
+for _, k in ipairs(ORDER) do
+  USAGE = USAGE .. "\n       " .. USAGES[k]
+end
 
 return function(...)
   return A.dispatch("job", { ... }, { sub = sub, usages = USAGES, helps = HELPS, usage = USAGE,

@@ -17,18 +17,21 @@ local ops = require "baton.ops"
 local format, concat = string.format, table.concat
 
 local USAGES = {
-  put = "baton policy put FILE.lua [--name NAME] [--sign KEY] [--json]",
+  put = "baton policy put FILE.lua [--name NAME] [--sign KEY] [--author WHO] [--keep-versions N] [--json]",
   ls = "baton policy ls [--json]",
   show = "baton policy show NAME [--json]",
-  rm = "baton policy rm NAME [--json]",
+  rm = "baton policy rm NAME [--author WHO] [--json]",
 }
-local USAGE = "baton policy put|ls|show|rm ..."
-for _, k in ipairs { "put", "ls", "show", "rm" } do USAGE = USAGE .. "\n       " .. USAGES[k] end
+local ORDER = { "put", "ls", "show", "rm" }
+local USAGE -- set below, once versions|diff|rollback are added
 local HELPS = {
   put = [[Checks FILE.lua (compile, fields, self-test) and stores it at
 <prefix>policies/NAME; every node uses it from its next decision on.
 --sign KEY stores a signature by the secret key KEY (baton keygen) with it
 (nodes started with --trust load only signed policies; docs/security.md).
+Records a version (baton policy versions) by --author WHO (default: the
+etcd user when etcd auth is on, else $USER@host), the last --keep-versions N
+kept (default 20).
 --json prints the body of PUT /api/v1/policies/NAME (docs/api.md).]],
   ls = "Every policy, stored and built in, with its functions and each node's load status.",
   show = "A policy's source revision, its functions, and each node's load status.",
@@ -78,7 +81,8 @@ function sub.put(pos, opts)
   local name, source, file = U.put_args(pos, opts, "policy", usage, die)
   local secret, serr = U.signing_key(opts)
   if serr then return die("put", name, serr) end
-  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file, sign = secret })
+  local r, err, code, extra = ops.put_policy(name, source, { chunkname = file, sign = secret,
+                                                             author = opts.author, keep = opts["keep-versions"] })
   if not r then return die("put", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
   if opts.json then
     U.print_json(r)
@@ -89,6 +93,8 @@ function sub.put(pos, opts)
     r.signed_by and (", signed by key " .. r.signed_by) or "",
     r.overrides_builtin and format(", overriding the built-in %s", name) or "",
     r.selftest and format("; selftest passed (%d decisions)", r.selftest.decisions) or ""))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: policy put %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 
@@ -158,22 +164,29 @@ end
 
 function sub.rm(pos, opts)
   local name = one_name(pos)
-  local r, err = ops.rm_policy(name)
+  local r, err = ops.rm_policy(name, { author = opts.author })
   if not r then return die("rm", name, err) end
   if opts.json then
     U.print_json(r)
     return baton.exit(0)
   end
   io.stdout:write(format("removed policy %s; jobs naming it now use %s\n", name, r.now))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do io.stderr:write(format("baton: policy rm %s: warning: %s\n", name, w)) end
   baton.exit(0)
 end
 
 local FLAGS = {
-  put = { name = "string", sign = "string", json = "flag" },
+  put = { name = "string", sign = "string", author = "string", ["keep-versions"] = "count", json = "flag" },
   ls = { json = "flag" },
   show = { json = "flag" },
-  rm = { json = "flag" },
+  rm = { author = "string", json = "flag" },
 }
+
+require "baton.cli.versions" ("policy", { sub = sub, usages = USAGES, helps = HELPS, flags = FLAGS,
+  order = ORDER, usage = usage, die = die })
+USAGE = "baton policy " .. table.concat(ORDER, "|") .. " ..."
+for _, k in ipairs(ORDER) do USAGE = USAGE .. "\n       " .. USAGES[k] end
 
 return function(...)
   return A.dispatch("policy", { ... }, { sub = sub, usages = USAGES, helps = HELPS, usage = USAGE,

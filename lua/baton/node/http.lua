@@ -194,7 +194,7 @@ function API.job_put(self, req, p, q)
   local rev, rerr = revision_of(q)
   if rev == false then return bad(rerr) end
   if req.body == "" then return bad("empty body: PUT the job's Lua source") end
-  local r, err, code, extra = ops.put_job(p.name, req.body, { revision = rev })
+  local r, err, code, extra = ops.put_job(p.name, req.body, { revision = rev, author = "http " .. tostring(req.remote) })
   if not r then return fail_of(err, code, extra) end
   settle(function()
     local j = self.jobs[p.name]
@@ -203,10 +203,10 @@ function API.job_put(self, req, p, q)
   return r.created and 201 or 200, r
 end
 
-function API.job_delete(self, _, p, q)
+function API.job_delete(self, req, p, q)
   local purge, perr = flag_of(q, "purge")
   if purge == nil then return bad(perr) end
-  local r, err, code = ops.rm_job(p.name, { purge = purge })
+  local r, err, code = ops.rm_job(p.name, { purge = purge, author = "http " .. tostring(req.remote) })
   if not r then return fail_of(err, code) end
   settle(function() return not self.jobs[p.name] and not self.bad[p.name] end)
   return 200, r
@@ -298,12 +298,19 @@ function API.policy_put(_, req, p, q)
   local rev, rerr = revision_of(q)
   if rev == false then return bad(rerr) end
   if req.body == "" then return bad("empty body: PUT the policy's Lua source") end
-  local r, err, code, extra = ops.put_policy(p.name, req.body, { revision = rev })
+  local r, err, code, extra = ops.put_policy(p.name, req.body, { revision = rev,
+                                                                  author = "http " .. tostring(req.remote) })
   if not r then return fail_of(err, code, extra) end
   return r.created and 201 or 200, r
 end
 
-function API.policy_delete(_, _, p) return answer(200, ops.rm_policy(p.name)) end
+function API.policy_delete(_, req, p)
+  return answer(200, ops.rm_policy(p.name, { author = "http " .. tostring(req.remote) }))
+end
+
+-- The version log of a job or policy (baton.versions), newest first.
+function API.job_versions(_, _, p) return answer(200, ops.versions("job", p.name)) end
+function API.policy_versions(_, _, p) return answer(200, ops.versions("policy", p.name)) end
 
 function API.queue_push(_, req, p) return answer(201, ops.queue_push(p.queue, req.body)) end
 
@@ -379,6 +386,7 @@ local ROUTES = {
   { "api/v1/jobs/:name/resume", POST = "job_resume" },
   { "api/v1/jobs/:name/kill", POST = "job_kill", query = { POST = { id = true } } },
   { "api/v1/jobs/:name/runs", GET = "job_runs", query = { GET = { limit = true } } },
+  { "api/v1/jobs/:name/versions", GET = "job_versions" },
   { "api/v1/runs", GET = "runs", query = { GET = { limit = true } } },
   { "api/v1/runs/:job/*id", GET = "run_get", query = { GET = { attempt = true } } },
   { "api/v1/nodes", GET = "nodes" },
@@ -386,6 +394,7 @@ local ROUTES = {
   { "api/v1/policies", GET = "policies" },
   { "api/v1/policies/:name", GET = "policy_get", PUT = "policy_put", DELETE = "policy_delete",
     query = { PUT = { revision = true } } },
+  { "api/v1/policies/:name/versions", GET = "policy_versions" },
   { "api/v1/queues/:queue/tasks", POST = "queue_push" },
 }
 local METHODS = { "GET", "PUT", "POST", "DELETE" }
