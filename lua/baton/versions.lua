@@ -207,7 +207,9 @@ function M.rollback(kind, name, rev, opts)
   if not src then return nil, err, code end
   local ops = require "baton.ops"
   local put = kind == "job" and ops.put_job or ops.put_policy
-  local r, perr, pcode, extra = put(name, src, { author = opts.author, keep = opts.keep,
+  -- (opts.sign: signed again with that key, whatever signature the old
+  -- version carried, so a node with --trust accepts it under today's keys)
+  local r, perr, pcode, extra = put(name, src, { author = opts.author, keep = opts.keep, sign = opts.sign,
                                                  op = "rollback of " .. rev, revision = opts.revision })
   if not r then return nil, perr, pcode, extra end
   r.rolled_back = rev

@@ -307,5 +307,24 @@ do
   T.like(err or "", "^untrusted: job x is not signed", "code after the signature line: not signed")
 end
 
+-- 11. rollback --sign: an old version goes back signed by today's key
+do
+  local S = require "baton.sign"
+  local trust3 = assert(S.load_trust { dir .. "/k3.pub" })
+  local trust1 = assert(S.load_trust { dir .. "/k1.pub" })
+  T.is(put("job", "rb", job_src("rb-1"), "k1").code, 0, "rollback: version 1, signed by k1")
+  local r1 = rev_of("job", "rb")
+  T.is(put("job", "rb", job_src("rb-2"), "k1").code, 0, "rollback: version 2, signed by k1")
+  local r = c:cli("job", "rollback", "rb", tostring(r1), "--sign", dir .. "/k3")
+  T.is(r.code, 0, "job rollback --sign: exit 0 " .. r.stderr)
+  local kv = assert(e:get(c.P .. "jobs/rb")).kvs[1]
+  T.ok(kv and kv.value:find("rb-1", 1, true), "rollback: version 1's source is back")
+  T.ok(kv and S.verify(trust3, "job", "rb", kv.value), "rollback --sign: signed by the key given (k3)")
+  T.ok(kv and not S.verify(trust1, "job", "rb", kv.value), "rollback --sign: the old signature (k1) is gone")
+  r = c:cli("job", "rollback", "rb", tostring(r1), "--sign", dir .. "/k3.pub")
+  T.is(r.code, 1, "rollback --sign with a public key: exit 1")
+  T.like(r.stderr, "^baton: job rollback rb: %-%-sign: [^\n]*\n$", "rollback --sign with a public key: one line")
+end
+
 c:destroy()
 T.done()

@@ -15,7 +15,7 @@ return function(kind, d)
   local cmd = "baton " .. kind
   d.usages.versions = cmd .. " versions NAME [--json]"
   d.usages.diff = cmd .. " diff NAME REV1 REV2"
-  d.usages.rollback = cmd .. " rollback NAME REV [--author WHO] [--keep-versions N] [--json]"
+  d.usages.rollback = cmd .. " rollback NAME REV [--sign KEY] [--author WHO] [--keep-versions N] [--json]"
   d.helps.versions = format([[The %s's version log, newest first: revision, time, author, op, SHA-256
 (its first 12 hex digits; --json gives all 64 and the rest). Each put and rm
 through baton records one, with --author (default: the etcd user when etcd
@@ -24,10 +24,11 @@ A source stored without baton (a raw etcdctl put) shows author "unknown".]], kin
   d.helps.diff = "A unified diff (diff -u) of the sources stored at revisions REV1 and REV2."
   d.helps.rollback = format([[Puts the source stored at revision REV back at <prefix>%s/NAME through
 the normal put path (validated as put does), recorded as a new version with
-op "rollback of REV".]], kind == "job" and "jobs" or "policies")
+op "rollback of REV". --sign KEY signs it again (nodes started with --trust
+run only code signed by a key they trust; docs/security.md).]], kind == "job" and "jobs" or "policies")
   d.flags.versions = { json = "flag" }
   d.flags.diff = {}
-  d.flags.rollback = { author = "string", ["keep-versions"] = "count", json = "flag" }
+  d.flags.rollback = { sign = "string", author = "string", ["keep-versions"] = "count", json = "flag" }
   for _, s in ipairs { "versions", "diff", "rollback" } do d.order[#d.order + 1] = s end
 
   local function name_of(pos, n)
@@ -78,7 +79,10 @@ op "rollback of REV".]], kind == "job" and "jobs" or "policies")
   function d.sub.rollback(pos, opts)
     local name = name_of(pos, 1)
     local rev = rev_of(pos[3])
-    local r, err = ops.rollback(kind, name, rev, { author = opts.author, keep = opts["keep-versions"] })
+    local secret, serr = U.signing_key(opts)
+    if serr then return d.die("rollback", name, serr) end
+    local r, err = ops.rollback(kind, name, rev, { author = opts.author, keep = opts["keep-versions"],
+                                                   sign = secret })
     if not r then return d.die("rollback", name, err) end
     if opts.json then
       U.print_json(r)
