@@ -66,6 +66,7 @@ return {
     print("the password is " .. v)
     io.write("again: ", v, "\n")
     ctx.log.info("logged " .. v, { pw = v })
+    baton.log.warn("straight to the log " .. v, { pw = v, n = 1 })
     baton.exec { "sh", "-c", "echo program says $PW", env = { PW = v } }
     return h == %d
   end,
@@ -135,6 +136,7 @@ for _, n in ipairs { "a", "b" } do
   T.ok(#log > 0 and not log:find(FILE_SECRET, 1, true) and not log:find(ENV_SECRET, 1, true)
        and not log:find(OTHER, 1, true), "node " .. n .. "'s log holds no secret value")
 end
+T.like(c:log("a"), "straight to the log %*%*%*[^\n]*pw=%*%*%*", "baton.log.* called by the job is redacted")
 T.like(c:log("a"), "secret file may be read by others[^\n]*LOOSE", "a group/world-readable secret file is warned about")
 T.ok(not c:log("a"):find("read by others[^\n]*DB_PASSWORD"), "a file of mode 600 is not")
 

@@ -263,6 +263,9 @@ local function execute(run, state)
   local values, serr2 = secrets.resolve(spec.secrets, run.node)
   if not values then return { ok = false, error = serr2 } end
   local list = secrets.redaction_list(NODE_SECRETS, values)
+  -- Whatever logs during the run (baton.log.* called by the job itself
+  -- included) logs no secret.
+  baton._log_filter(function(text) return output.redact(text, list) end)
   -- The attempt's kept output, stored while it runs (output.lua).
   local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
@@ -284,6 +287,7 @@ local function execute(run, state)
   -- logs -f) has all of it.
   baton.sleep(0)
   kept:finish()
+  baton._log_filter(nil)
   local reply
   if not ok then reply = { ok = false, error = error_text(res) }
   elseif (res == nil or res == false) and err ~= nil then reply = { ok = false, error = error_text(err) }
