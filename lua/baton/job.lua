@@ -47,7 +47,7 @@ M.RETRY_DEFAULTS = RETRY_DEFAULTS
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
-  "on_node_loss", "labels", "params", "description", "on", "run",
+  "on_node_loss", "labels", "params", "secrets", "description", "on", "run",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -60,7 +60,7 @@ local ALIASES = {
   tz = "timezone", zone = "timezone", time_zone = "timezone", cron = "schedule",
   retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
   concurrency_policy = "concurrency", node_selector = "labels", parameters = "params",
-  triggers = "on", events = "on", trigger = "on",
+  triggers = "on", events = "on", trigger = "on", secret = "secrets",
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
@@ -566,6 +566,29 @@ local function validate(t, name)
                                   "the default", "^[%a_][%w_]*$")
   if not params then return nil, perr end
   spec.params = params
+  -- secrets: the names of the values each node gives the run in
+  -- ctx.secrets, from its --secrets-dir or its environment (the worker
+  -- resolves them; the values never reach etcd)
+  if t.secrets ~= nil then
+    local e = want_type(t.secrets, "table")
+    if e then return field("secrets", e) end
+    if not is_list(t.secrets) then
+      return field("secrets", 'must be a list of names {"DB_PASSWORD", ...}')
+    end
+    local seen = {}
+    for i, s in ipairs(t.secrets) do
+      if type(s) ~= "string" then
+        return field("secrets", format("entry %d is a %s, not a name", i, typename(s)))
+      end
+      if not s:find("^[%a_][%w_]*$") or #s > 200 then
+        return field("secrets", format("%s is not a secret name (letters, digits and '_', "
+          .. "not starting with a digit)", qs(s)))
+      end
+      if seen[s] then return field("secrets", format("%s is named twice", qs(s))) end
+      seen[s] = true
+    end
+    spec.secrets = t.secrets
+  end
   -- on
   if t.on ~= nil then
     local on, e = check_on(t.on, name)

@@ -689,6 +689,8 @@ function M.run(opts)
   -- --trust: only signed jobs and policies load (sign.lua); what the node
   -- publishes of it, for baton nodes: {signed = false} runs unsigned code.
   self.trust = opts.trust
+  -- --secrets-dir: where its workers read the jobs' secrets (node/secrets.lua)
+  self.secrets_dir = opts.secrets_dir
   self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }
   -- --http: its files are read before the node joins, and it listens once
   -- it has (node/http.lua); a failure of either ends the node at once.
@@ -714,7 +716,7 @@ function M.run(opts)
   self.nodes[self.name] = { name = self.name, labels = self.labels }
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P, trust = self.trust and table.concat(self.trust.ids, ",")
-                                  or "unsigned code allowed" })
+                                  or "unsigned code allowed", secrets_dir = self.secrets_dir })
   self.forever(fence, self)
   self.forever(leader.backstop, self)
 

@@ -3,6 +3,11 @@
  * to stderr through bt_log_write (logfmt.h), with the fields sorted by key.
  *
  *   baton.log.info("backup done", {job = "db", bytes = 1024})
+ *
+ * baton._log_filter(fn | nil): fn(text) -> text is applied to the message
+ * and to every field's text (not to raw numbers and booleans) before a
+ * line is written; a worker sets it for a run to redact its secrets
+ * (lua/baton/cli/worker.lua). fn must not wait.
  */
 #include "logfmt.h"
 #include "lua_mod.h"
@@ -58,6 +63,24 @@ static const char *push_value(lua_State *L, int idx, size_t *len, int *raw) {
   return lua_tolstring(L, -1, len);
 }
 
+#define LOG_FILTER "baton.log_filter"
+
+/* Replaces the string on top of the stack by what the log filter makes of
+ * it, if a filter is set. */
+static void filter_top(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LOG_FILTER); /* stack: ... text filter */
+  if (!lua_isfunction(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_insert(L, -2); /* stack: ... filter text */
+  lua_call(L, 1, 1);
+  if (lua_type(L, -1) != LUA_TSTRING) {
+    lua_pop(L, 1);
+    lua_pushliteral(L, "(the log filter returned no string)");
+  }
+}
+
 /* baton.log.<level>(msg [, fields]); the level is upvalue 1. */
 static int log_call(lua_State *L) {
   bt_log_level_t level = (bt_log_level_t) lua_tointeger(L, lua_upvalueindex(1));
@@ -77,6 +100,10 @@ static int log_call(lua_State *L) {
                       name, luaL_typename(L, 2));
   if (!bt_log_enabled(level)) return 0;
   lua_settop(L, 2);
+  lua_pushvalue(L, 1);
+  lua_tostring(L, -1);
+  filter_top(L);
+  lua_replace(L, 1);
   msg = lua_tolstring(L, 1, &msg_len);
 
   if (t == LUA_TTABLE) {
@@ -94,6 +121,7 @@ static int log_call(lua_State *L) {
       lua_pushvalue(L, -2);
       lua_rawseti(L, 3, (int) (3 * n + 1));
       push_value(L, lua_gettop(L), &len, &raw);
+      if (!raw) filter_top(L);
       lua_rawseti(L, 3, (int) (3 * n + 2));
       lua_pushboolean(L, raw);
       lua_rawseti(L, 3, (int) (3 * n + 3));
@@ -119,6 +147,13 @@ static int log_call(lua_State *L) {
   return 0;
 }
 
+static int l_log_filter(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LOG_FILTER);
+  return 0;
+}
+
 int bt_lua_open_log(lua_State *L) {
   static const struct {
     const char *name;
@@ -136,5 +171,7 @@ int bt_lua_open_log(lua_State *L) {
     lua_setfield(L, -2, fns[i].name);
   }
   lua_setfield(L, -2, "log");
+  lua_pushcfunction(L, l_log_filter);
+  lua_setfield(L, -2, "_log_filter");
   return 0;
 }

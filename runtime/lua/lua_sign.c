@@ -11,6 +11,9 @@
  *                                    or nil, "ENOTDIR: ...", "ENOTDIR" | ...
  *   _sign.create(path, text, mode) --> true, or nil, "EEXIST: ...", code:
  *                                    a new file only (O_EXCL), with mode
+ *   _sign.mode(path)             --> the permission bits of path (following
+ *                                    links) and whether it is a regular file,
+ *                                    or nil, "ENOENT: ...", code
  *
  * A key of the wrong length raises (the Lua side checks what it parsed);
  * a signature of the wrong length just does not verify.
@@ -26,6 +29,7 @@
 #include <lua.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const unsigned char *check_bytes(lua_State *L, int i, size_t n, const char *what) {
@@ -153,11 +157,22 @@ static int l_create(lua_State *L) {
   return 1;
 }
 
+/* The permission bits of a key or secret file, so that the Lua side can warn
+ * about one that others may read. */
+static int l_mode(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct stat st;
+  if (stat(path, &st) < 0) return push_errno(L, errno, path);
+  lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
+  lua_pushboolean(L, S_ISREG(st.st_mode));
+  return 2;
+}
+
 int bt_lua_open_sign(lua_State *L) {
   static const luaL_Reg fns[] = {
     {"keypair", l_keypair}, {"public_of", l_public_of}, {"sign", l_sign},
     {"verify", l_verify}, {"keyid", l_keyid}, {"pubfiles", l_pubfiles},
-    {"create", l_create}, {NULL, NULL},
+    {"create", l_create}, {"mode", l_mode}, {NULL, NULL},
   };
   lua_newtable(L);
   luaL_register(L, NULL, fns);

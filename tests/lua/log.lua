@@ -136,4 +136,22 @@ baton.log.error("bare")
     "a line without fields")
 end
 
+
+-- baton._log_filter: applied to the message and to every field's text
+-- (not to numbers and booleans); nil removes it (a worker redacts a run's
+-- secrets with it)
+do
+  T.error_like(function() baton._log_filter("x") end, "function expected", "a filter is a function")
+  local lines = run([[
+baton._log_filter(function(s) return (s:gsub("hunter2", "***")) end)
+baton.log.info("pw hunter2", {pw = "hunter2!", n = 2, ok = true})
+baton.log.info(12)
+baton._log_filter(nil)
+baton.log.info("pw hunter2 again")
+]])
+  T.like(lines[1] or "", 'msg="pw %*%*%*".* n=2 ok=true pw=%*%*%*!', "the message and fields are filtered")
+  T.like(lines[2] or "", "msg=\"?12", "a number message is text for the filter")
+  T.like(lines[3] or "", 'msg="pw hunter2 again"', "nil removes the filter")
+end
+
 T.done()

@@ -122,8 +122,8 @@ T.ok(find("sh:out%s+spawned%-line$") and find("sh:err%s+spawned%-err$"), "a spaw
 T.ok(find("stdout%s+no newline at the end$"), "an unfinished last line is kept")
 T.like(lines[1] or "", "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ ", "each line starts with its time")
 T.ok(not out:find(TOKEN, 1, true), "the node's HTTP token does not appear")
-T.ok(find("stdout%s+the token is %[redacted%]$"), "printed, it is [redacted]")
-T.ok(find("cat:out%s+%[redacted%]$"), "printed by a program, too")
+T.ok(find("stdout%s+the token is %*%*%*$"), "printed, it is ***")
+T.ok(find("cat:out%s+%*%*%*$"), "printed by a program, too")
 local raw = ""
 for _, kv in ipairs(output_kvs("chatty")) do raw = raw .. kv.value end
 T.ok(#raw > 0 and not raw:find(TOKEN, 1, true), "nor is it anywhere in the stored output")
@@ -315,7 +315,7 @@ do
     io.write(o.redact("a pw-]] .. TOKEN .. [[ b", o.node_secrets()))]])
   f:close()
   local r = assert(baton.exec { "env", "BATON_PASSWORD=pw-" .. TOKEN, bin, "eval", script })
-  T.is(r.stdout, "a [redacted] b", "BATON_PASSWORD is one of the secrets redacted " .. r.stderr)
+  T.is(r.stdout, "a *** b", "BATON_PASSWORD is one of the secrets redacted " .. r.stderr)
 end
 
 -- 1, again: the leader prunes to the newest 2 records, and the output of

@@ -228,6 +228,9 @@ function sub.show(pos, opts)
       for _, k in ipairs(U.sorted_keys(spec.params)) do p[#p + 1] = format("%s=%q", k, spec.params[k]) end
       f[#f + 1] = { "params", concat(p, " ") .. " (defaults; baton job run --param k=v)" }
     end
+    if spec.secrets and #spec.secrets > 0 then
+      f[#f + 1] = { "secrets", concat(spec.secrets, ", ") .. " (from each node's --secrets-dir or environment)" }
+    end
   end
   f[#f + 1] = { "paused", d.paused and "yes" or "no" }
   f[#f + 1] = { "signed", d.signed_by and ("by key " .. d.signed_by) or "no" }

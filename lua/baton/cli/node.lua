@@ -9,7 +9,7 @@ local A = require "baton.cli.args"
 
 local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
   .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
-  .. "                  [--trust PUBKEY|DIR ...]"
+  .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
   --ttl S         the node's lease in seconds (default 10): a dead node's
@@ -38,7 +38,12 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   keys at once: rotation). Anything else is refused and the
                   last good version keeps running (docs/security.md).
                   Without it the node runs unsigned code, and baton nodes
-                  says so]]
+                  says so
+  --secrets-dir DIR
+                  a job's secrets (secrets = {"NAME", ...}) are read from
+                  DIR/NAME (its trailing newline removed), else from the
+                  node's environment; never stored in etcd, and redacted
+                  from the output and logs of its runs]]
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -51,7 +56,8 @@ return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
     workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
-    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list" }, { ... }, HELP)
+    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list",
+    ["secrets-dir"] = "string" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local http
   if opts.http then
@@ -83,9 +89,16 @@ return function(...)
     trust, terr = require("baton.sign").load_trust(opts.trust)
     if not trust then return A.die("node " .. name .. ": " .. terr) end
   end
+  local secrets_dir = opts["secrets-dir"]
+  if secrets_dir then
+    if secrets_dir == "" then return A.usage("node", USAGE, "--secrets-dir needs a directory") end
+    local ok, derr = require("baton.node.secrets").check_dir(secrets_dir)
+    if not ok then return A.die("node " .. name .. ": " .. derr) end
+  end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
                                              workers = opts.workers, history = opts.history,
-                                             max_skew = opts["max-skew"], http = http, trust = trust }
+                                             max_skew = opts["max-skew"], http = http, trust = trust,
+                                             secrets_dir = secrets_dir }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

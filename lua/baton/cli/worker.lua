@@ -28,6 +28,7 @@ local jobmod = require "baton.job"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
 local output = require "baton.node.output"
+local secrets = require "baton.node.secrets"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -77,18 +78,30 @@ local function run_fields(run)
            attempt = run.attempt }
 end
 
--- What the node knows and no stored output may show (output.lua).
-local SECRETS = output.node_secrets()
+-- What the node knows and no stored output may show (output.lua); a run
+-- adds the values of its job's secrets (node/secrets.lua) for itself.
+local NODE_SECRETS = output.node_secrets()
+
+-- v with every secret of the list redacted: strings, and the string
+-- values of a table of fields (a copy).
+local function scrub(v, list)
+  if type(v) == "string" then return output.redact(v, list) end
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = type(x) == "string" and output.redact(x, list) or x end
+  return c
+end
 
 -- ctx.log.<level>: a line of the node's log with the run's fields, and a
--- line of the run's kept output (buf).
-local function logger(fields, level, buf)
+-- line of the run's kept output (buf); both redacted of list.
+local function logger(fields, level, buf, list)
   return function(msg, extra)
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
-    for k, v in pairs(extra or {}) do f[k] = v end
-    baton.log[level](msg, f)
-    if buf then buf:add { stream = "log", level = level, text = tostring(msg), fields = extra } end
+    for k, v in pairs(scrub(extra or {}, list)) do f[k] = v end
+    local text = output.redact(tostring(msg), list)
+    baton.log[level](text, f)
+    if buf then buf:add { stream = "log", level = level, text = text, fields = extra } end
   end
 end
 
@@ -97,7 +110,7 @@ end
 -- complete, tagged with the run's fields and the stream, and lines of its
 -- kept output (kept, an output.lua buffer). out.flush() writes what is left
 -- of an unfinished line at the end of the run.
-local function printed(run, kept)
+local function printed(run, kept, list)
   local fields, bufs = run_fields(run), { stdout = "", stderr = "" }
   local function emit(stream, data)
     local buf = bufs[stream] .. data
@@ -107,7 +120,7 @@ local function printed(run, kept)
       if not nl then break end
       local f = { stream = stream }
       for k, v in pairs(fields) do f[k] = v end
-      local text = output.redact(buf:sub(from, nl - 1), SECRETS)
+      local text = output.redact(buf:sub(from, nl - 1), list)
       baton.log.info(text, f)
       if kept then kept:add { stream = stream, text = text } end
       from = nl + 1
@@ -165,15 +178,15 @@ local function event_of(run)
   return ev
 end
 
-local function context(run, state, kept)
+local function context(run, state, kept, values, list)
   local fields = run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
-    params = opt(run.params) or {},
+    params = opt(run.params) or {}, secrets = values,
     event = event_of(run),
-    log = { info = logger(fields, "info", kept), warn = logger(fields, "warn", kept),
-            error = logger(fields, "error", kept), debug = logger(fields, "debug", kept) },
+    log = { info = logger(fields, "info", kept, list), warn = logger(fields, "warn", kept, list),
+            error = logger(fields, "error", kept, list), debug = logger(fields, "debug", kept, list) },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -245,16 +258,24 @@ local function execute(run, state)
   if not src then return { ok = false, error = serr } end
   local spec, lerr = jobmod.load(src.text, run.job, src.revision)
   if not spec then return { ok = false, error = lerr } end
+  -- Its secrets, from this node's --secrets-dir or environment; the run
+  -- fails, naming the one missing, if one is not there.
+  local values, serr2 = secrets.resolve(spec.secrets, run.node)
+  if not values then return { ok = false, error = serr2 } end
+  local list = secrets.redaction_list(NODE_SECRETS, values)
+  -- Whatever logs during the run (baton.log.* called by the job itself
+  -- included) logs no secret.
+  baton._log_filter(function(text) return output.redact(text, list) end)
   -- The attempt's kept output, stored while it runs (output.lua).
   local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
-                            secrets = SECRETS, capture = true }:start()
-  local out = printed(run, kept)
+                            secrets = list, capture = true }:start()
+  local out = printed(run, kept, list)
   if rawget(spec.env, "print") == nil then spec.env.print = out.print end
   if rawget(spec.env, "io") == nil then spec.env.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
   local started = now()
-  local ok, res, err = pcall(spec.run, context(run, state, kept))
+  local ok, res, err = pcall(spec.run, context(run, state, kept, values, list))
   -- A stop request may have ended what the run waited on: let it be seen
   -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
@@ -266,6 +287,7 @@ local function execute(run, state)
   -- logs -f) has all of it.
   baton.sleep(0)
   kept:finish()
+  baton._log_filter(nil)
   local reply
   if not ok then reply = { ok = false, error = error_text(res) }
   elseif (res == nil or res == false) and err ~= nil then reply = { ok = false, error = error_text(err) }
@@ -273,6 +295,8 @@ local function execute(run, state)
   elseif state.cancelled then reply = { ok = false, error = "cancelled" }
   elseif run.deadline and now() >= run.deadline then reply = { ok = false, error = "timed out" }
   else reply = { ok = true } end
+  -- The error is recorded and logged by the node: none of the secrets.
+  if reply.error then reply.error = output.redact(reply.error, list) end
   if swept == nil then
     -- Some process of the run would not die: leave it to the node, which
     -- stops this worker and waits for them before it records the run.

@@ -89,9 +89,9 @@ function M.node_secrets()
   return list
 end
 
-M.REDACTED = "[redacted]"
+M.REDACTED = "***"
 
--- text with every occurrence of each secret replaced by [redacted].
+-- text with every occurrence of each secret replaced by *** (M.REDACTED).
 function M.redact(text, secrets)
   for i = 1, #secrets do
     local s = secrets[i]

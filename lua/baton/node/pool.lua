@@ -89,6 +89,8 @@ local function env(node)
     BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
     BATON_KEY = cfg.key, BATON_NODE_PID = tostring(node.pid),
     BATON_FENCE_FD = node.fence_fd and tostring(node.fence_fd) or false,
+    -- (a job's secrets are read by the worker: node/secrets.lua)
+    BATON_SECRETS_DIR = node.secrets_dir or false,
   }
 end
 
