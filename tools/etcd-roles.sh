@@ -13,8 +13,8 @@
 # the prefix P (default /baton/):
 #   node      readwrite P (everything a node does: its session, claims, run
 #             records, statuses, output, election, clock)
-#   deployer  read P; readwrite P jobs/ policies/ versions/ paused/
-#             trigger/ cancel/ queue/ -- and the keys `job rm` and
+#   deployer  read P; readwrite P jobs/ policies/ versions/
+#             policy-versions/ paused/ trigger/ cancel/ queue/ -- and the keys `job rm` and
 #             `policy rm` clean up: status/ policy-status/ pending/, and
 #             with --purge runs/ output/ last/
 #   viewer    read P
@@ -112,7 +112,7 @@ echo "baton roles under $prefix at $endpoints"
 role "${rp}node" readwrite ""
 role "${rp}viewer" read ""
 role "${rp}deployer" read "" \
-  readwrite jobs/ readwrite policies/ readwrite versions/ readwrite paused/ readwrite trigger/ \
+  readwrite jobs/ readwrite policies/ readwrite versions/ readwrite policy-versions/ readwrite paused/ readwrite trigger/ \
   readwrite cancel/ readwrite queue/ readwrite status/ readwrite policy-status/ readwrite pending/ \
   readwrite runs/ readwrite output/ readwrite last/
 [ -n "$node" ] && adduser "$node" "${rp}node"

@@ -1,12 +1,12 @@
 -- The version log of jobs and policies: who changed what, and going back
 -- (issue 14, docs/security.md "Version history").
 --
---   P versions/jobs/<name>/<revision>       one entry per put/rm of P jobs/<name>
---   P versions/policies/<name>/<revision>   the same for P policies/<name>
+--   P versions/<job>/<revision>             one entry per put/rm of P jobs/<job>
+--   P policy-versions/<policy>/<revision>   the same for P policies/<policy>
 --
--- (design.md section 9 names the log P versions/<job>/<revision>; jobs and
--- policies live in two namespaces that may share names, so each has its
--- own subtree.) <revision> is the etcd revision of the put or delete. An
+-- (the jobs' log is design.md section 9's key; jobs and policies may share
+-- names, so the policies' log has a prefix of its own, as policy-status/
+-- beside status/.) <revision> is the etcd revision of the put or delete. An
 -- entry's value is one line of JSON -- {op, author, time, sha256, revision,
 -- size, etcd_user?} -- then "\n" and the source as stored (nothing for an
 -- rm): the source outlives etcd's compaction, and needs no escaping.
@@ -27,14 +27,15 @@ local M = {}
 
 M.KEEP = 20 -- entries kept per job or policy unless --keep-versions says otherwise
 
-local KINDS = { job = "jobs", policy = "policies" }
+local KINDS = { job = "jobs", policy = "policies" } -- where the sources are
+local LOGS = { job = "versions", policy = "policy-versions" } -- and their logs
 
 local function etcd() return baton.etcd end
 local function fail(msg, code) return nil, msg, code or msg:match("^(E[%u%d]+):") or "EIO" end
 
 -- The prefix of the log of one job or policy, with its trailing "/".
 function M.prefix(kind, name)
-  return U.key("versions", KINDS[kind], name) .. "/"
+  return U.key(LOGS[kind], name) .. "/"
 end
 
 -- Who makes this change: the given author; else, when the client

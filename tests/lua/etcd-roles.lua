@@ -105,7 +105,7 @@ _, err, code = as("view", "view-secret", "job", "rm", "hello")
 T.is(code, 1, "viewer: job rm fails")
 T.like(err, "permission denied", "permission denied")
 T.is(select(3, baton.etcd.new { endpoints = srv.url, user = "view", password = "view-secret" }
-  :put(P .. "versions/jobs/hello/1", "x")), "EACCES", "viewer: cannot forge a version entry")
+  :put(P .. "versions/hello/1", "x")), "EACCES", "viewer: cannot forge a version entry")
 
 -- a user that may write jobs/ but not versions/: the put happens, and
 -- says that its version was not recorded

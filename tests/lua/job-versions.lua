@@ -146,8 +146,8 @@ v = versions("job", "vjob")
 T.is(#v, 3, "3 versions kept")
 T.is(v[1] and v[1].author, "p4", "the newest")
 T.is(v[3] and v[3].author, "p2", "down to the third newest")
-T.is(assert(c.e:get(c.P .. "versions/jobs/vjob/", { prefix = true, count_only = true })).count, 3,
-  "3 entries under P versions/jobs/vjob/")
+T.is(assert(c.e:get(c.P .. "versions/vjob/", { prefix = true, count_only = true })).count, 3,
+  "3 entries under P versions/vjob/")
 
 -- 6. rm is recorded; a removed job can be rolled back.
 local before = v[1].revision
