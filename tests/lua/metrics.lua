@@ -123,8 +123,9 @@ local node = {
   bad = { broken1 = 7 }, leader = {},
   pool = { busy = { [{}] = {}, [{}] = {} }, idle = { {} }, queued = { [{}] = 1796000001 } },
   clock = { known = true, correction = -0.0123, error = 0.0008 },
-  http_counts = { ["GET /metrics"] = { ["200"] = 5 }, ["GET /api/v1/jobs/{name}"] = { ["404"] = 2 } },
 }
+for _ = 1, 5 do m:http_request("GET /metrics", 200) end
+for _ = 1, 2 do m:http_request("GET /api/v1/jobs/{name}", 404) end
 m:run_started({ job = "a", fire = 100 }, { attempt = 1, started = 100.02 })
 m:run_started({ job = "a", fire = 100, manual = true }, { attempt = 1, started = 130 })
 m:run_started({ job = "a", fire = 100 }, { attempt = 2, started = 140 })

@@ -11,7 +11,7 @@
 -- STATUS below. Writes (PUT, POST, DELETE) need `Authorization: Bearer
 -- TOKEN`, TOKEN being the first line of --http-token-file; without a token
 -- file the API is read-only. Requests are counted per route and status in
--- self.http_counts[route][status] (baton_http_requests_total).
+-- the node's metrics (baton_http_requests_total).
 local baton = require "baton"
 local ops = require "baton.ops"
 local runs = require "baton.node.runs"
@@ -438,12 +438,6 @@ end
 local STATIC = { ["/"] = "index.html", ["/index.html"] = "index.html", ["/app.js"] = "app.js",
                  ["/style.css"] = "style.css" }
 
-local function count(self, route, status)
-  local c = self.http_counts
-  local t = c[route]
-  if not t then t = {}; c[route] = t end
-  t[status] = (t[status] or 0) + 1
-end
 
 -- Answers one request. Returns status, body (string), headers, route name.
 local function serve(self, req)
@@ -518,7 +512,7 @@ local function handle(self, req)
     status, body, hdr, route = 500, '{"error":"internal error","code":"EINTERNAL"}',
       { ["content-type"] = JSON }, "other"
   end
-  count(self, route, status)
+  self.metrics:http_request(route, status)
   req:respond(status, hdr, body)
 end
 
@@ -566,8 +560,7 @@ function M.prepare(opts)
 end
 
 -- Starts serving for node self: opts as for M.prepare, or what it
--- returned. Sets self.http (the server and what it serves) and
--- self.http_counts. Returns the server (srv.addr, srv.port), or nil,
+-- returned. Sets self.http (the server and what it serves). Returns the server (srv.addr, srv.port), or nil,
 -- "ECODE: message", code (a file as in M.prepare; the address in use).
 function M.start(self, opts)
   local h = opts
@@ -577,7 +570,6 @@ function M.start(self, opts)
     if not h then return nil, err, code end
   end
   self.http = h
-  self.http_counts = self.http_counts or {}
   local srv, err, code = baton.httpd.listen {
     addr = h.addr, cert = h.cert, key = h.key, max_body = M.MAX_BODY,
     handler = function(req) return handle(self, req) end,

@@ -460,6 +460,8 @@ end
 function Node:session_lost() self.session_losses:inc() end
 function Node:rejoined() self.session_rejoins:inc() end
 function Node:resynced() self.watch_resyncs:inc() end
+-- One HTTP request answered (node/http.lua): its route pattern and status.
+function Node:http_request(route, status) self.http:inc({ code = tostring(status), route = route }) end
 
 -- The observer the node installs on its etcd client (client:observe): one
 -- request of operation took secs and failed with code (nil: it succeeded).
@@ -541,14 +543,6 @@ function M.render(self)
     m.cpu:touch(nil)[2] = cpu
   end
   m.lua_heap:set(nil, collectgarbage("count") * 1024)
-  -- HTTP requests counted by the router (node/http.lua): [route][code] = n.
-  for route, codes in pairs(self.http_counts or {}) do
-    if type(codes) == "table" then
-      for code, n in pairs(codes) do
-        m.http:touch({ code = tostring(code), route = tostring(route) })[2] = n
-      end
-    end
-  end
   return m:render()
 end
 
