@@ -89,12 +89,11 @@ local function read_all(path, what)
   return s
 end
 
--- The directory of the dashboard's files: lua/baton/web/ next to this
--- file's lua/baton/node/.
+-- Where the dashboard's files are, for messages: baton/web/ of the library
+-- snapshot every process reads once at start (runtime/core/lib.c), which
+-- is also where they are served from.
 local function web_dir()
-  local src = debug.getinfo(1, "S").source
-  local dir = src:match("^@(.*)/node/[^/]*$")
-  return (dir or "lua/baton") .. "/web/"
+  return (baton._libdir or "lua") .. "/baton/web/"
 end
 
 ---------------------------------------------------------------------------
@@ -550,11 +549,8 @@ function M.prepare(opts)
     if not h.key then return nil, err, err:match("^%u+") end
   end
   for _, name in ipairs { "index.html", "app.js", "style.css" } do
-    local f = io.open(h.web .. name, "rb")
-    if f then
-      h.files[name] = { body = f:read("*a"), type = CONTENT_TYPES[name:match("%.(%w+)$")] }
-      f:close()
-    end
+    local body = baton._libfile("baton/web/" .. name)
+    if body then h.files[name] = { body = body, type = CONTENT_TYPES[name:match("%.(%w+)$")] } end
   end
   return h
 end
