@@ -259,9 +259,10 @@ static int req_respond(lua_State *L) {
   return 1;
 }
 
-/* req.<field>: respond, else the request's fields (upvalue 1: methods). */
-static int req_index(lua_State *L) {
-  luaL_checkudata(L, 1, REQ_MT);
+/* box.<field> for a request or a server box of metatable mt: a method
+ * (upvalue 1: the methods), else a field of the box's environment table. */
+static int box_index(lua_State *L, const char *mt) {
+  luaL_checkudata(L, 1, mt);
   lua_pushvalue(L, 2);
   lua_rawget(L, lua_upvalueindex(1));
   if (!lua_isnil(L, -1)) return 1;
@@ -271,6 +272,8 @@ static int req_index(lua_State *L) {
   lua_rawget(L, -2);
   return 1;
 }
+
+static int req_index(lua_State *L) { return box_index(L, REQ_MT); }
 
 static int req_tostring(lua_State *L) {
   luaL_checkudata(L, 1, REQ_MT);
@@ -296,14 +299,20 @@ static int req_gc(lua_State *L) {
 
 /* ---- the server object -------------------------------------------------- */
 
-/* Closes the server (idempotent): stops listening, lets the requests in
- * flight be answered, and drops the box's anchors. */
-static void srv_shut(lsrv_t *b) {
+/* Stops the server's C side (idempotent): no Lua is called. */
+static void srv_stop(lsrv_t *b) {
   bt_httpd_t *h = b->h;
   if (!h) return;
   b->h = NULL;
   bt_rt_del_closer(b->rt, &b->closer);
   bt_httpd_close(h);
+}
+
+/* Closes the server (idempotent): stops listening, lets the requests in
+ * flight be answered, and drops the box's anchors. */
+static void srv_shut(lsrv_t *b) {
+  if (!b->h) return;
+  srv_stop(b);
   luaL_unref(b->L, LUA_REGISTRYINDEX, b->handler_ref);
   b->handler_ref = LUA_NOREF;
   luaL_unref(b->L, LUA_REGISTRYINDEX, b->self_ref);
@@ -321,17 +330,7 @@ static int srv_close(lua_State *L) {
   return 1;
 }
 
-static int srv_index(lua_State *L) {
-  luaL_checkudata(L, 1, SRV_MT);
-  lua_pushvalue(L, 2);
-  lua_rawget(L, lua_upvalueindex(1));
-  if (!lua_isnil(L, -1)) return 1;
-  lua_pop(L, 1);
-  lua_getfenv(L, 1);
-  lua_pushvalue(L, 2);
-  lua_rawget(L, -2);
-  return 1;
-}
+static int srv_index(lua_State *L) { return box_index(L, SRV_MT); }
 
 static int srv_tostring(lua_State *L) {
   lsrv_t *b = luaL_checkudata(L, 1, SRV_MT);
@@ -345,13 +344,7 @@ static int srv_tostring(lua_State *L) {
 /* Safety net; the box is anchored while open, so this only runs at
  * lua_close, after the closers. */
 static int srv_gc(lua_State *L) {
-  lsrv_t *b = luaL_checkudata(L, 1, SRV_MT);
-  if (b->h) {
-    bt_httpd_t *h = b->h;
-    b->h = NULL;
-    bt_rt_del_closer(b->rt, &b->closer);
-    bt_httpd_close(h);
-  }
+  srv_stop(luaL_checkudata(L, 1, SRV_MT));
   return 0;
 }
 
