@@ -523,36 +523,41 @@ function M.check_job(name, source, chunkname)
   return spec
 end
 
--- Stores the source of a job or policy (kind) at key, only if it is at
--- mod revision rev when rev is given (0: only if there is none). Returns
--- the txn's answer (responses[1].prev_kv: the version replaced), or nil,
--- err, code (EEXIST / ECONFLICT when rev did not hold; nothing stored).
-local function store_source(kind, name, key, source, rev)
+-- Stores a checked source of a job or policy (kind) at P jobs/<name> or
+-- P policies/<name>: signed first by opts.sign (a secret key, sign.lua;
+-- the signature line, a Lua comment, changes nothing the checks saw), only
+-- if the stored one is at mod revision opts.revision when that is given
+-- (0: only if there is none), then recorded in the version log
+-- (baton.versions: opts.author, opts.keep, opts.op). Returns {name, key,
+-- revision, created, signed_by} and the version log's warning (nil when
+-- it was recorded), or nil, err, code (EFBIG, EEXIST / ECONFLICT when
+-- opts.revision did not hold; nothing stored).
+local function store_source(kind, name, source, opts)
+  if opts.sign then
+    source = sign.sign(kind, name, source, opts.sign)
+    local big = too_big(kind, name, #source)
+    if big then return fail(big, "EFBIG") end
+  end
+  local key, rev = U.key(kind == "job" and "jobs" or "policies", name), opts.revision
   local r, err, code = etcd():txn {
     compare = rev and { { key = key, target = "mod", op = "==", value = rev } } or {},
     success = { { put = { key = key, value = source, prev_kv = true } } },
     failure = { { get = { key = key, keys_only = true } } },
   }
   if not r then return nil, err, code end
-  if r.succeeded then return r end
-  local cur = r.responses[1].kvs[1]
-  if rev == 0 then
-    return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name, cur.mod_revision),
-      "EEXIST")
+  if not r.succeeded then
+    local cur = r.responses[1].kvs[1]
+    if rev == 0 then
+      return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name, cur.mod_revision),
+        "EEXIST")
+    end
+    return fail(format("ECONFLICT: %s %s is %s, not at revision %d; nothing was stored", kind, name,
+      cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
   end
-  return fail(format("ECONFLICT: %s %s is %s, not at revision %d; nothing was stored", kind, name,
-    cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
-end
-
--- The source to store: signed by opts.sign (a secret key, sign.lua) when
--- given, after checks (which the signature line, a Lua comment, does not
--- change), else as it is.
-local function signed(kind, name, source, opts)
-  if not opts.sign then return source end
-  source = sign.sign(kind, name, source, opts.sign)
-  local big = too_big(kind, name, #source)
-  if big then return fail(big, "EFBIG") end
-  return source
+  local prev = r.responses[1].prev_kv
+  local vok, verr = versions.record(kind, name, r.revision, source, opts, prev)
+  return { name = name, key = key, revision = r.revision, created = prev == nil,
+           signed_by = sign.signer(source) }, not vok and versions.warning(kind, name, verr) or nil
 end
 
 -- put_job(name, source [, opts]) --> {name, key, revision, created,
@@ -568,22 +573,15 @@ function M.put_job(name, source, opts)
   opts = opts or {}
   local spec, verr, vcode, extra = M.check_job(name, source, opts.chunkname)
   if not spec then return nil, verr, vcode, extra end
-  local serr, scode
-  source, serr, scode = signed("job", name, source, opts)
-  if not source then return nil, serr, scode end
-  local key = U.key("jobs", name)
-  local r, err, code = store_source("job", name, key, source, opts.revision)
-  if not r then return nil, err, code end
-  local prev = r.responses[1].prev_kv
+  local res, vwarn, code = store_source("job", name, source, opts)
+  if not res then return nil, vwarn, code end
   local warnings = {}
   local nodes = U.live_nodes()
   local why = nodes and U.no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
-  -- the version log (baton.versions): author, time, SHA-256 and source
-  local vok, verr2 = versions.record("job", name, r.revision, source, opts, prev)
-  if not vok then warnings[#warnings + 1] = versions.warning("job", name, verr2) end
-  return { name = name, key = key, revision = r.revision, created = prev == nil,
-           signed_by = sign.signer(source), warnings = json.array(warnings) }
+  warnings[#warnings + 1] = vwarn
+  res.warnings = json.array(warnings)
+  return res
 end
 
 -- rm_job(name [, {purge = bool}]) --> {name, removed = true, purged = n}:
@@ -969,18 +967,12 @@ function M.put_policy(name, source, opts)
   opts = opts or {}
   local mod, lines, vcode, extra = M.check_policy(name, source, opts.chunkname)
   if not mod then return nil, lines, vcode, extra end
-  local serr, scode
-  source, serr, scode = signed("policy", name, source, opts)
-  if not source then return nil, serr, scode end
-  local key = U.key("policies", name)
-  local r, err, code = store_source("policy", name, key, source, opts.revision)
-  if not r then return nil, err, code end
-  local vok, verr = versions.record("policy", name, r.revision, source, opts, r.responses[1].prev_kv)
-  return { name = name, key = key, revision = r.revision, created = r.responses[1].prev_kv == nil,
-           signed_by = sign.signer(source),
-           warnings = not vok and json.array { versions.warning("policy", name, verr) } or nil,
-           overrides_builtin = policy.builtin(name) ~= nil,
-           selftest = mod.selftest and { passed = true, decisions = #lines } or nil }
+  local res, vwarn, code = store_source("policy", name, source, opts)
+  if not res then return nil, vwarn, code end
+  res.warnings = vwarn and json.array { vwarn } or nil
+  res.overrides_builtin = policy.builtin(name) ~= nil
+  res.selftest = mod.selftest and { passed = true, decisions = #lines } or nil
+  return res
 end
 
 -- rm_policy(name) --> {name, removed = true, now = "the built-in NAME" |
