@@ -74,10 +74,9 @@ local function follow(v, sub, apply, clear)
       if not rev then
         baton.sleep(1)
       else
-        local r = { revision = rev }
         v.version = v.version + 1
         v.listed[sub] = true
-        local w = self.e:watch(pfx, { prefix = true, start_revision = r.revision + 1 })
+        local w = self.e:watch(pfx, { prefix = true, start_revision = rev + 1 })
         if w then
           v.watchers[sub] = w
           while not self.stopping and not v.closed do
@@ -90,6 +89,8 @@ local function follow(v, sub, apply, clear)
           end
           w:cancel()
           v.watchers[sub] = nil
+        else
+          baton.sleep(1) -- (no watch: list again, but not in a tight loop)
         end
       end
     end
