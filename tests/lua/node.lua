@@ -115,12 +115,18 @@ for i = 2, #fires - 1 do
   if fires[i] - fires[i - 1] ~= 1 then gaps = gaps + 1 end
   local rec = by[f]
   if rec.state ~= "succeeded" or #(ex[f] or {}) ~= 1 then
-    bad[#bad + 1] = ("%d: %s, %d executions"):format(f, rec.state, #(ex[f] or {}))
+    bad[#bad + 1] = ("%d: %s on %s (%s), %d executions"):format(f, rec.state, tostring(rec.node),
+                                                               tostring(rec.error), #(ex[f] or {}))
   end
   ran_on[rec.node] = true
 end
 T.is(gaps, 0, "no instant missing")
-T.is(#bad, 0, "every instant: one run record, succeeded, one execution " .. table.concat(bad, "; "))
+if not T.is(#bad, 0, "every instant: one run record, succeeded, one execution " .. table.concat(bad, "; ")) then
+  local files = require "lib.files"
+  for _, n in ipairs { "n1", "n2", "n3" } do
+    T.diag(n .. ".log:\n" .. (files.read(tmp .. "/" .. n .. ".log") or ""):sub(-4000))
+  end
+end
 local nn = 0
 for _ in pairs(ran_on) do nn = nn + 1 end
 if not T.ok(nn >= 2, "runs spread over the nodes (" .. nn .. " of 3 ran some)") then
