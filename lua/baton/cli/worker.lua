@@ -5,8 +5,17 @@
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
 --                    code_revision, deadline, marker, task, shard, record,
 --                    clock, params, event, events}}
---   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
---                    "retire": bool}
+--   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
+--                    "handoff": bool, "busy": seconds spent on the run}
+--   node -> worker  {"recorded": bool}   after a reply with handoff
+--
+-- A success is handed over (handoff): the node records it, with the ends
+-- of its other runs in one etcd request (node/batch.lua), and then says
+-- so; the worker takes no other run meanwhile, and if the word does not
+-- come within HANDOFF seconds (the node froze) it records the success
+-- itself, guarded by the run's fence as the node's write is: a run that
+-- completed is recorded even if its node froze right after, and of the two
+-- writes at most one applies.
 --
 -- One run at a time. For each run the worker reads the job's source at the
 -- revision the node loaded (kept in a small cache), compiles it in a fresh
@@ -33,16 +42,17 @@ local util = require "baton.cli.util"
 local json = baton.json
 
 local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
+local HANDOFF = 1 -- seconds a success waits for the node to record it
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
 
--- Records a success right here, guarded by the run's fence, so that a run
--- that completed is recorded even if the node froze after it. The node
--- sent the record as it claimed it. Not once the node's fence board says
--- its lease may be gone (the containment process is ending the run then).
--- The success makes the events that run.events (sent by the node) says.
+-- Records a success right here, guarded by the run's fence, when the node
+-- did not within HANDOFF seconds (see the top of this file). The node sent
+-- the record as it claimed it. Not once the node's fence board says its
+-- lease may be gone (the containment process is ending the run then). The
+-- success makes the events that run.events (sent by the node) says.
 local function record_success(run, started)
   local rec = opt(run.record)
   if not rec or baton._fenced() then return false end
@@ -250,9 +260,10 @@ local function error_text(v)
   return ok and text or tostring(v)
 end
 
--- Runs one run; returns the reply for the node. run(ctx) fails the run by
--- raising, or by returning nil (or false) and an error, as Lua functions
--- report failure; false alone fails it too.
+-- Runs one run; returns the reply for the node and, for a success to hand
+-- over, what record_success needs. run(ctx) fails the run by raising, or
+-- by returning nil (or false) and an error, as Lua functions report
+-- failure; false alone fails it too.
 local function execute(run, state)
   local src, serr = source(run)
   if not src then return { ok = false, error = serr } end
@@ -302,7 +313,8 @@ local function execute(run, state)
     -- stops this worker and waits for them before it records the run.
     reply.retire = true
   elseif reply.ok then
-    reply.recorded = record_success(run, started)
+    reply.handoff = true
+    return reply, started
   end
   return reply
 end
@@ -329,18 +341,34 @@ return function()
     if not line then return baton.exit(0) end
     local okd, msg = pcall(json.decode, line)
     local run = okd and type(msg) == "table" and opt(msg.run)
+    if okd and type(msg) == "table" and msg.recorded ~= nil then state.handoff = nil end
+    -- (the node sends the next run once it has recorded the last one: the
+    -- coroutine of that one is gone a moment after the word came)
+    while run and state.tail do baton.sleep(0.001) end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       local before, shared = baton._coroutines(), shared_state()
       baton.go(function()
-        local reply = execute(run, state)
+        local t0 = baton.monotime()
+        local reply, started = execute(run, state)
         -- Of the run, only this coroutine may be left, and what all runs
         -- share must be as it was: a job that patched a module or the
         -- string metatable would otherwise change the next job's world.
         reply.retire = reply.retire or baton._coroutines() > before + 1
           or baton._children() > 0 or not shared_unchanged(shared)
-        state.busy = false
+        reply.busy = baton.monotime() - t0
+        if reply.handoff then state.handoff, state.tail = run, true end
         ch:send(json.encode(reply))
+        if reply.handoff then
+          -- Until the node's word, or HANDOFF seconds (see the top).
+          local deadline = baton.monotime() + HANDOFF
+          while state.handoff == run and baton.monotime() < deadline do baton.sleep(0.001) end
+          if state.handoff == run then
+            state.handoff = nil
+            record_success(run, started)
+          end
+        end
+        state.busy, state.tail = false, nil
         if reply.retire then baton.exit(0) end
       end)
     end
