@@ -336,15 +336,34 @@ return function()
       state.cancelled = true
     end
   end)
+  -- A success handed over (state.handoff = {run, started, deadline}) ends
+  -- when the node's word comes (the loop below) or, past its deadline,
+  -- here: the worker records it itself. Either way the worker is free
+  -- again (state.busy) and settled wakes a run that waits to retire.
+  local settled, armed = baton._cond(), baton._cond()
+  local function settle()
+    state.handoff, state.busy = nil, false
+    settled:broadcast()
+  end
+  baton.go(function()
+    while true do
+      local h = state.handoff
+      if not h then
+        armed:wait()
+      elseif baton.monotime() < h.deadline then
+        baton.sleep(h.deadline - baton.monotime())
+      elseif state.handoff == h then
+        record_success(h.run, h.started)
+        if state.handoff == h then settle() end
+      end
+    end
+  end)
   while true do
     local line = ch:recv()
     if not line then return baton.exit(0) end
     local okd, msg = pcall(json.decode, line)
     local run = okd and type(msg) == "table" and opt(msg.run)
-    if okd and type(msg) == "table" and msg.recorded ~= nil then state.handoff = nil end
-    -- (the node sends the next run once it has recorded the last one: the
-    -- coroutine of that one is gone a moment after the word came)
-    while run and state.tail do baton.sleep(0.001) end
+    if okd and type(msg) == "table" and msg.recorded ~= nil and state.handoff then settle() end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       local before, shared = baton._coroutines(), shared_state()
@@ -357,19 +376,18 @@ return function()
         reply.retire = reply.retire or baton._coroutines() > before + 1
           or baton._children() > 0 or not shared_unchanged(shared)
         reply.busy = baton.monotime() - t0
-        if reply.handoff then state.handoff, state.tail = run, true end
-        ch:send(json.encode(reply))
         if reply.handoff then
-          -- Until the node's word, or HANDOFF seconds (see the top).
-          local deadline = baton.monotime() + HANDOFF
-          while state.handoff == run and baton.monotime() < deadline do baton.sleep(0.001) end
-          if state.handoff == run then
-            state.handoff = nil
-            record_success(run, started)
-          end
+          -- (busy until it is settled: see above)
+          state.handoff = { run = run, started = started, deadline = baton.monotime() + HANDOFF }
+          armed:signal()
+        else
+          state.busy = false
         end
-        state.busy, state.tail = false, nil
-        if reply.retire then baton.exit(0) end
+        ch:send(json.encode(reply))
+        if reply.retire then
+          if state.handoff then settled:wait() end
+          baton.exit(0)
+        end
       end)
     end
   end

@@ -31,10 +31,12 @@ local baton = require "baton"
 
 local M = {}
 
-M.MAX = 64             -- members per batch
+-- members per batch; BATON_BATCH_MAX=1 in the node's environment turns
+-- batching off (the benches compare so)
+M.MAX = math.max(1, math.min(64, tonumber(os.getenv("BATON_BATCH_MAX") or "") or 64))
 M.MAX_TXN_OPS = 128    -- etcd's --max-txn-ops default
 M.MAX_BYTES = 512 * 1024
-M.INFLIGHT = 2         -- batches on their way at once
+M.INFLIGHT = M.MAX > 1 and 2 or math.huge -- batches on their way at once
 
 local B = {}
 B.__index = B
