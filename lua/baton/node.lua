@@ -327,6 +327,7 @@ local function apply_job(self, name, source, rev)
     return
   end
   self.bad[name] = nil
+  spec.source = source -- (sent with a run to a worker that has not seen it: runs.lua)
   local j = { spec = spec, paused = self.paused[name] or false,
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j

@@ -3,22 +3,24 @@
 -- and sends one message per line:
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, deadline, marker, task, shard, record,
---                    clock, params, event, events}}
+--                    code_revision, source, deadline, marker, task, shard,
+--                    record, clock, params, event, events}}
 --   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
---                    "handoff": bool, "busy": seconds spent on the run}
---   node -> worker  {"recorded": bool}   after a reply with handoff
+--                    "handoff": key|null, "busy": seconds spent on the run}
+--   node -> worker  {"recorded": key}   once it has written that success
 --
--- A success is handed over (handoff): the node records it, with the ends
--- of its other runs in one etcd request (node/batch.lua), and then says
--- so; the worker takes no other run meanwhile, and if the word does not
--- come within HANDOFF seconds (the node froze) it records the success
--- itself, guarded by the run's fence as the node's write is: a run that
--- completed is recorded even if its node froze right after, and of the two
--- writes at most one applies.
+-- A success is handed over (handoff, key job/id/attempt): the node records
+-- it, with the ends of its other runs in one etcd request (node/batch.lua),
+-- and then says so. The worker may take other runs meanwhile; if the word
+-- does not come within HANDOFF seconds (the node froze) it records the
+-- success itself, guarded by the run's fence as the node's write is: a run
+-- that completed is recorded even if its node froze right after, and of
+-- the two writes at most one applies.
 --
--- One run at a time. For each run the worker reads the job's source at the
--- revision the node loaded (kept in a small cache), compiles it in a fresh
+-- One run at a time. For each run the worker takes the job's source at the
+-- revision the node loaded (kept in a small cache; the node sends it with
+-- the first run of that revision it gives this worker, and a source the
+-- cache has dropped is read from etcd at that revision), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
 -- run, one per line; that, its ctx.log lines and what the programs it
@@ -68,6 +70,12 @@ local sources, nsources = {}, 0
 -- The job's source at the revision the node loaded.
 local function source(run)
   local ck = run.job .. "@" .. tostring(run.code_revision)
+  if type(run.source) == "string" then
+    -- (sent by the node: kept, as a read would be)
+    if nsources + #run.source > SOURCE_CACHE then sources, nsources = {}, 0 end
+    sources[ck] = { text = run.source, revision = run.code_revision }
+    nsources = nsources + #run.source
+  end
   if sources[ck] then return sources[ck] end
   local key = util.prefix() .. "jobs/" .. run.job
   local r, err = baton.etcd:get(key, { revision = run.code_revision })
@@ -336,25 +344,31 @@ return function()
       state.cancelled = true
     end
   end)
-  -- A success handed over (state.handoff = {run, started, deadline}) ends
-  -- when the node's word comes (the loop below) or, past its deadline,
-  -- here: the worker records it itself. Either way the worker is free
-  -- again (state.busy) and settled wakes a run that waits to retire.
+  -- The successes handed over (state.handoffs[key] = {run, started,
+  -- deadline}, key = job/id/attempt) end when the node's word comes (the
+  -- loop below) or, past their deadline, here: the worker records them
+  -- itself. The worker takes other runs meanwhile; settled wakes one that
+  -- waits to retire until none is left.
+  state.handoffs = {}
   local settled, armed = baton._cond(), baton._cond()
-  local function settle()
-    state.handoff, state.busy = nil, false
-    settled:broadcast()
+  local function settle(key)
+    state.handoffs[key] = nil
+    if not next(state.handoffs) then settled:broadcast() end
   end
   baton.go(function()
     while true do
-      local h = state.handoff
+      local key, h = nil, nil
+      for k, x in pairs(state.handoffs) do
+        if not h or x.deadline < h.deadline then key, h = k, x end
+      end
       if not h then
         armed:wait()
       elseif baton.monotime() < h.deadline then
         baton.sleep(h.deadline - baton.monotime())
-      elseif state.handoff == h then
+      else
+        h.deadline = math.huge -- (being recorded)
         record_success(h.run, h.started)
-        if state.handoff == h then settle() end
+        if state.handoffs[key] == h then settle(key) end
       end
     end
   end)
@@ -363,7 +377,9 @@ return function()
     if not line then return baton.exit(0) end
     local okd, msg = pcall(json.decode, line)
     local run = okd and type(msg) == "table" and opt(msg.run)
-    if okd and type(msg) == "table" and msg.recorded ~= nil and state.handoff then settle() end
+    if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
+      settle(msg.recorded)
+    end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       local before, shared = baton._coroutines(), shared_state()
@@ -377,15 +393,15 @@ return function()
           or baton._children() > 0 or not shared_unchanged(shared)
         reply.busy = baton.monotime() - t0
         if reply.handoff then
-          -- (busy until it is settled: see above)
-          state.handoff = { run = run, started = started, deadline = baton.monotime() + HANDOFF }
+          reply.handoff = run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
+          state.handoffs[reply.handoff] = { run = run, started = started,
+                                            deadline = baton.monotime() + HANDOFF }
           armed:signal()
-        else
-          state.busy = false
         end
+        state.busy = false
         ch:send(json.encode(reply))
         if reply.retire then
-          if state.handoff then settled:wait() end
+          if next(state.handoffs) then settled:wait() end
           baton.exit(0)
         end
       end)

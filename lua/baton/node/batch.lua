@@ -4,6 +4,7 @@
 --
 --   local b = batch.new(e)        -- e: the node's etcd client
 --   local r, err, code = b:txn(t) -- as e:txn(t), same answer
+--   b:txn(t, 0.01)                -- the same, but t may wait 10 ms for company
 --
 -- Why this keeps every guarantee of the transactions it carries: etcd
 -- evaluates each nested transaction's compares by itself, so one member's
@@ -17,7 +18,10 @@
 -- When a batch goes: at once while fewer than INFLIGHT batches are on
 -- their way, else when one comes back; so a lone transaction waits for
 -- nothing, and under load the members that came during a round trip go
--- together in the next one. A batch holds at most MAX members and as many
+-- together in the next one. A member that may linger (the end of a run:
+-- nobody waits for it but its worker's next run does not either) waits up
+-- to that long for others, unless a member that may not comes first and
+-- takes it along. A batch holds at most MAX members and as many
 -- operations as etcd takes in one transaction (--max-txn-ops, 128 by
 -- default, counted as etcd counts them: see need()), and about MAX_BYTES.
 --
@@ -84,7 +88,9 @@ end
 
 -- sent (optional): called with the number of transactions of each request.
 function M.new(e, sent)
-  return setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0 }, B)
+  local self = setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0 }, B)
+  self.pump = function() return M.pump(self) end
+  return self
 end
 
 -- Whether member m may join a batch that writes bw and reads br.
@@ -157,9 +163,30 @@ local function send(self, batch)
   end
 end
 
--- Sends batches while there are members waiting and room on the way.
+local monotime = baton.monotime
+
+-- Wakes pump at monotonic time at (one sleeper for the earliest).
+local function wake_at(self, at)
+  if self.wake and self.wake <= at then return end
+  self.wake = at
+  baton.go(function()
+    baton.sleep(math.max(0, at - monotime()))
+    if self.wake == at then self.wake = nil end
+    self.pump()
+  end)
+end
+
+-- Sends batches while there are members waiting, due (or enough of them
+-- to fill a batch), and room on the way.
 local function pump(self)
   while #self.queue > 0 and self.inflight < M.INFLIGHT do
+    if #self.queue < M.MAX then
+      local due = math.huge
+      for _, m in ipairs(self.queue) do
+        if m.due < due then due = m.due end
+      end
+      if due > monotime() then return wake_at(self, due) end
+    end
     local batch = take(self)
     self.inflight = self.inflight + 1
     baton.go(function()
@@ -174,10 +201,12 @@ local function pump(self)
     end)
   end
 end
+M.pump = pump
 
--- As e:txn(t), in the next batch.
-function B:txn(t)
-  local m = { t = t, fp = footprint(t), cond = baton._cond() }
+-- As e:txn(t), in the next batch; linger: seconds t may wait for others
+-- (default 0).
+function B:txn(t, linger)
+  local m = { t = t, fp = footprint(t), cond = baton._cond(), due = monotime() + (linger or 0) }
   self.queue[#self.queue + 1] = m
   -- (from a coroutine of its own: the members that come in this same turn
   -- of the loop are queued before it takes the batch)

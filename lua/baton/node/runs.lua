@@ -322,8 +322,12 @@ function M.final_ops(P, run, ops, rec)
   return ops
 end
 
+-- How long the end of a run may wait for the ends (or claims) of others
+-- to go to etcd in the same request (node/batch.lua).
+M.RECORD_LINGER = 0.01
+
 -- Writes the end of an attempt, guarded by its fence (and, with
--- opts.alive, by the node's session): final, or waiting for its next
+-- opts.alive, by the node's session, and opts.linger: see node/batch.lua): final, or waiting for its next
 -- attempt (rec.state "retrying" with rec.retry_at: a pending/ entry that
 -- any eligible node claims at that time). Returns the record's new mod
 -- revision, or nil if the claim was lost. The worker calls it too, to
@@ -351,7 +355,7 @@ function M.record_end(e, P, run, fence, rec, opts)
   if opts.alive then compare[2] = opts.alive end
   for _ = 1, 5 do
     if opts.still_ok and not opts.still_ok() then return nil end
-    local r = e:txn { compare = compare, success = ops }
+    local r = e:txn({ compare = compare, success = ops }, opts.linger)
     if r and r.succeeded then return r.revision end
     -- The answer was lost, or the compare failed: see whether this end is
     -- written (the marker of this fence is gone and the record's last
@@ -379,10 +383,10 @@ end
 -- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
 -- "interrupted" when the node is stopping), the reason (nil on success),
 -- and, for a success the worker hands over (its reply says handoff), the
--- worker, which waits until the node has recorded it (M.execute tells it
--- and gives it back to the pool). The run's processes are gone when it
--- returns: the worker ends them before it replies, and a worker that is
--- stopped is waited for.
+-- worker and the key to tell it once the node has recorded it (see
+-- cli/worker.lua). The run's processes are gone when it returns: the
+-- worker ends them before it replies, and a worker that is stopped is
+-- waited for.
 local function attempt(self, run, fence, rec)
   local spec, pool = run.spec, self.pool
   if not M.live(self, run.session) then
@@ -396,10 +400,14 @@ local function attempt(self, run, fence, rec)
   if run.cancel then return "killed", run.cancel.reason end
   local w, err = pool:get(run)
   if not w then return "failed", "cannot start a worker: " .. tostring(err) end
+  -- The job's source goes with the run unless this worker has it already:
+  -- a run reads nothing the node knows.
+  local source
+  if w.known[run.job] ~= spec.revision then source, w.known[run.job] = spec.source, spec.revision end
   local sent = baton.monotime()
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
-    node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
+    node = self.name, code_revision = spec.revision, source = source, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
     params = rec.params or json.null, event = run.event or json.null,
@@ -424,14 +432,12 @@ local function attempt(self, run, fence, rec)
       reply, why = nil, format("timed out after %g s", spec.timeout)
     end
   end
-  local reuse = reply and not reply.retire and not run.cancel and not self.stopping
-  if reply and reply.ok and reply.handoff and not run.cancel and not why then
-    return "succeeded", nil, { w = w, reuse = reuse }
-  end
-  pool:put(w, reuse)
+  pool:put(w, reply and not reply.retire and not run.cancel and not self.stopping)
   if run.cancel then return "killed", run.cancel.reason end
   if why then return "failed", why end
-  if reply and reply.ok then return "succeeded" end
+  if reply and reply.ok then
+    return "succeeded", nil, type(reply.handoff) == "string" and { w = w, key = reply.handoff } or nil
+  end
   if self.stopping then
     return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
@@ -472,8 +478,7 @@ function M.execute(self, run, fence, rec, has_slot)
   self.nrunning = self.nrunning + 1
   local state, why, handoff = attempt(self, run, fence, rec)
   self.nrunning = self.nrunning - 1
-  -- (a worker that hands its success over is free once it is recorded)
-  if not handoff then self.pool:release() end
+  self.pool:release()
   local delay, final = next_step(self, run, rec, state, why)
   rec.finished, rec.error, rec.fence = self.now(), why, fence
   rec.duration = rec.finished - rec.started
@@ -485,14 +490,12 @@ function M.execute(self, run, fence, rec, has_slot)
   run.events = events.targets(self, run.job)
   -- (with the ends of other runs: node/batch.lua)
   local rev = M.record_end(self.batch, P, run, fence, rec, {
-    attempt_state = state, alive = alive_compare(self, s),
+    attempt_state = state, alive = alive_compare(self, s), linger = M.RECORD_LINGER,
     still_ok = function() return M.live(self, s) end })
   if handoff then
-    -- The worker waits for this word before it takes another run (or
-    -- records the success itself, if it does not come in time).
-    handoff.w.ch:send(json.encode { recorded = rev ~= nil })
-    self.pool:put(handoff.w, handoff.reuse)
-    self.pool:release()
+    -- The worker records the success itself unless this word comes in time
+    -- (a worker stopped meanwhile reads it no more).
+    handoff.w.ch:send(json.encode { recorded = handoff.key })
   end
   self.executing = self.executing - 1
   self.metrics:attempt_ended(run, rec, state, rev, delay)
