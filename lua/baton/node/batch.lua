@@ -12,7 +12,8 @@
 -- depends on another's); and a batch only ever holds members that touch
 -- disjoint keys (no member writes a key another one writes, reads or
 -- compares), so the batch has the effect of running its members one after
--- another in any order. A member's answer is the nested transaction's own
+-- another in any order; and two transactions on one key are never
+-- reordered (the later one waits for the batch that carries the earlier). A member's answer is the nested transaction's own
 -- (succeeded, responses) with the revision of the request that carried it.
 --
 -- When a batch goes: at once while fewer than INFLIGHT batches are on
@@ -88,41 +89,54 @@ end
 
 -- sent (optional): called with the number of transactions of each request.
 function M.new(e, sent)
-  local self = setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0 }, B)
+  -- (fw, fr: the keys the batches on their way write and read, counted)
+  local self = setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0,
+                              fw = {}, fr = {} }, B)
   self.pump = function() return M.pump(self) end
   return self
 end
 
--- Whether member m may join a batch that writes bw and reads br.
-local function fits(m, bw, br)
+-- Whether member m clashes with what writes the keys of w and reads
+-- those of r: it writes one of either, or reads one of w.
+local function clash(m, w, r)
   for k in pairs(m.fp.w) do
-    if bw[k] or br[k] then return false end
+    if w[k] or r[k] then return true end
   end
   for k in pairs(m.fp.r) do
-    if bw[k] then return false end
+    if w[k] then return true end
   end
-  return true
+  return false
 end
 
--- Takes the next batch off the queue, in order, leaving for later the
--- members that do not fit in it.
+local function add_keys(m, w, r, n)
+  for k in pairs(m.fp.w) do w[k] = (w[k] or 0) + n end
+  for k in pairs(m.fp.r) do r[k] = (r[k] or 0) + n end
+end
+
+-- Takes the next batch off the queue, in order. A member stays for a
+-- later batch when it does not fit in this one, or clashes with a batch
+-- on its way or with a member that stays: so two transactions on one key
+-- reach etcd in the order they came, as they would one request each.
 local function take(self)
   local q, batch, rest = self.queue, {}, {}
   local bw, br, need, bytes = {}, {}, 0, 0
+  local sw, sr, blocked = {}, {}, self.solo_flying -- (what stays; nothing goes after a range)
   for i = 1, #q do
     local m = q[i]
-    -- (the first member always goes, if need be alone)
-    local ok = #batch == 0 or (#batch < M.MAX and not m.fp.solo and not batch[1].fp.solo
-      and math.max(need, m.fp.need) + #batch + 1 <= M.MAX_TXN_OPS
-      and bytes + m.fp.bytes <= M.MAX_BYTES and fits(m, bw, br))
+    local ok = not blocked and not clash(m, self.fw, self.fr) and not clash(m, sw, sr)
+      and (#batch == 0 and (not m.fp.solo or self.inflight == 0)
+           or (#batch < M.MAX and not m.fp.solo and not batch[1].fp.solo
+               and math.max(need, m.fp.need) + #batch + 1 <= M.MAX_TXN_OPS
+               and bytes + m.fp.bytes <= M.MAX_BYTES and not clash(m, bw, br)))
     if ok then
       batch[#batch + 1] = m
-      for k in pairs(m.fp.w) do bw[k] = true end
-      for k in pairs(m.fp.r) do br[k] = true end
+      add_keys(m, bw, br, 1)
       if m.fp.need > need then need = m.fp.need end
       bytes = bytes + m.fp.bytes
     else
       rest[#rest + 1] = m
+      add_keys(m, sw, sr, 1)
+      if m.fp.solo then blocked = true end
     end
   end
   self.queue = rest
@@ -188,10 +202,25 @@ local function pump(self)
       if due > monotime() then return wake_at(self, due) end
     end
     local batch = take(self)
+    if #batch == 0 then return end -- (all wait for batches on their way)
     self.inflight = self.inflight + 1
+    local solo = batch[1].fp.solo
+    if solo then self.solo_flying = true end
+    for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, 1) end
     baton.go(function()
       local ok, perr = pcall(send, self, batch)
       self.inflight = self.inflight - 1
+      if solo then self.solo_flying = false end
+      for _, m in ipairs(batch) do
+        for k in pairs(m.fp.w) do
+          local n = self.fw[k] - 1
+          self.fw[k] = n > 0 and n or nil
+        end
+        for k in pairs(m.fp.r) do
+          local n = self.fr[k] - 1
+          self.fr[k] = n > 0 and n or nil
+        end
+      end
       if not ok then
         for _, m in ipairs(batch) do
           if not m.done then answer(m, nil, "EUNKNOWN: " .. tostring(perr), "EUNKNOWN") end
