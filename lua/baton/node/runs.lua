@@ -74,14 +74,17 @@ end
 -- {"run":"<id>" and goes on with '"', so comparing it with
 -- {"run":"<id># (one more than '"') is comparing the ids as etcd orders
 -- keys: the stored id is the same or older exactly when the value is less.
--- A missing key compares false on its value, hence the inner create == 0.
-function M.last_op(P, job, id, rec)
+-- A missing key compares false on its value, hence the inner create == 0;
+-- when the caller knows the key is there (exists: see M.claim), that
+-- branch, which carries the value a second time, is left out.
+function M.last_op(P, job, id, rec, exists)
   local key, value = P .. "last/" .. job, M.last_value(id, rec)
   local put = { { put = { key = key, value = value } } }
   return { txn = {
     compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id):sub(1, -2) .. "#" } },
     success = put,
-    failure = { { txn = { compare = { { key = key, target = "create", op = "==", value = 0 } }, success = put } } },
+    failure = not exists and { { txn = { compare = { { key = key, target = "create", op = "==", value = 0 } },
+                                         success = put } } } or nil,
   } }
 end
 
@@ -222,7 +225,13 @@ function M.claim(self, run, opts)
   else
     compare[#compare + 1] = { key = k.run, target = "create", op = "==", value = 0 }
   end
-  success[#success + 1] = M.last_op(P, run.job, run.id, rec)
+  -- (P last/<job> is there once a claim of this version of the job has
+  -- succeeded here: it wrote it. Bytes are what etcd's gateway spends its
+  -- time on, so the value is not sent twice after that. A last/ deleted by
+  -- hand comes back when the job is put again.)
+  local j = self.jobs and self.jobs[run.job]
+  local last_known = j and j.last_known
+  success[#success + 1] = M.last_op(P, run.job, run.id, rec, last_known)
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
   local failure = {}
@@ -246,7 +255,7 @@ function M.claim(self, run, opts)
         shard = rec.shard, params = rec.params, event = run.event,
         error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
       local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } },
-                         M.last_op(P, run.job, run.id, skipped) }
+                         M.last_op(P, run.job, run.id, skipped, last_known) }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
       events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
                  skipped, skip_ops)
@@ -287,6 +296,8 @@ function M.claim(self, run, opts)
   rec.fence = r.revision
   rec.mod_revision = r.revision
   run.session = s
+  run.last_known = true
+  if j and self.jobs[run.job] == j then j.last_known = true end
   local c = r.responses and r.responses[1].kvs[1]
   if c then run.cancel = M.cancel_request(c.value) end
   return r.revision, rec
@@ -316,7 +327,7 @@ function M.final_ops(P, run, ops, rec)
     success = { { delete = { key = k.active } } } } }
   if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
   if rec then
-    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec)
+    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec, run.last_known)
     events.add(P, run, rec, ops)
   end
   return ops
@@ -346,7 +357,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
       at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
-    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec)
+    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec, run.last_known)
   else
     M.final_ops(P, run, ops, rec)
   end
