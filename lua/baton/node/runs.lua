@@ -234,7 +234,7 @@ function M.claim(self, run, opts)
   success[#success + 1] = M.last_op(P, run.job, run.id, rec, last_known)
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
-  local failure = {}
+  local failure, skip = {}, nil
   if holds then
     if prev and prev.rec.exclusive then
       compare[#compare + 1] = { key = k.active, target = "value", op = "==", value = run.id }
@@ -244,7 +244,14 @@ function M.claim(self, run, opts)
     end
     if not prev then
       -- Nobody claimed it, but another run of the job is on: record the
-      -- skip, once, and only while this node's session holds.
+      -- skip, once, and only while this node's session holds. That is a
+      -- transaction of its own, sent when the claim failed on active/ (the
+      -- failure branch says which keys were there): as the claim's failure
+      -- branch, the skip record went to etcd with every claim of such a
+      -- job, and etcd's JSON gateway spends its time on bytes.
+      local there = { { get = { key = k.active, count_only = true } },
+                      { get = { key = k.run, count_only = true } } }
+      failure = there
       local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 },
                          { key = k.active, target = "create", op = ">", value = 0 },
                          alive_compare(self, s) }
@@ -259,31 +266,48 @@ function M.claim(self, run, opts)
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
       events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
                  skipped, skip_ops)
-      failure[1] = { txn = { compare = skip_cmp, success = skip_ops } }
+      skip = { compare = skip_cmp, success = skip_ops, failure = there }
     end
+  end
+  -- Whether a failed claim (or skip) r found a run of the job on and this
+  -- instant unclaimed (the failure branch above).
+  local function on_and_unclaimed(x)
+    local a, c = x and x.responses[1], x and x.responses[2]
+    return a and c and (a.count or 0) > 0 and (c.count or 0) == 0
   end
   local r, err
-  for try = 1, 3 do
-    -- (with the claims of other runs due now: node/batch.lua)
-    r, err = self.batch:txn { compare = compare, success = success, failure = failure }
-    if r then break end
-    -- The answer was lost: the transaction may have been applied.
-    local kv = claimed_by(self, s, k, token)
-    if kv then
-      r = { succeeded = true, revision = kv.create_revision }
-      break
+  for round = 1, 2 do
+    r = nil
+    for try = 1, 3 do
+      -- (with the claims of other runs due now: node/batch.lua)
+      r, err = self.batch:txn { compare = compare, success = success, failure = failure }
+      if r then break end
+      -- The answer was lost: the transaction may have been applied.
+      local kv = claimed_by(self, s, k, token)
+      if kv then
+        r = { succeeded = true, revision = kv.create_revision }
+        break
+      end
+      if kv == nil then return nil end -- the session was lost meanwhile
+      log("warn", "claim failed; trying again", fields_of(self, run, { error = err, try = try }))
+      baton.sleep(0.2 * try)
+      if not M.session(self, s) then return nil end
     end
-    if kv == nil then return nil end -- the session was lost meanwhile
-    log("warn", "claim failed; trying again", fields_of(self, run, { error = err, try = try }))
-    baton.sleep(0.2 * try)
-    if not M.session(self, s) then return nil end
-  end
-  if not r then return nil end
-  if not r.succeeded then
-    if failure[1] and r.responses[1] and r.responses[1].succeeded then
+    if not r then return nil end
+    if r.succeeded or not skip or not on_and_unclaimed(r) or not M.live(self, s) then break end
+    local sr = self.batch:txn(skip)
+    if sr and sr.succeeded then
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
       self.metrics:skip(run.job, "concurrency")
-    elseif M.live(self, s) then self.metrics:claim_lost(run.job) end -- (another node has it)
+      return nil
+    end
+    -- Unless the run that was on has ended meanwhile (claim again, once),
+    -- the instant is another node's, or the leader's misfire check's.
+    local a, c = sr and sr.responses[1], sr and sr.responses[2]
+    if not (a and c and (a.count or 0) == 0 and (c.count or 0) == 0) then break end
+  end
+  if not r.succeeded then
+    if M.live(self, s) then self.metrics:claim_lost(run.job) end -- (another node has it)
     return nil
   end
   if not M.session(self, s) then
