@@ -9,22 +9,24 @@
 -- Why this keeps every guarantee of the transactions it carries: etcd
 -- evaluates each nested transaction's compares by itself, so one member's
 -- failed compare changes nothing for the others (a claim of one job never
--- depends on another's); and a batch only ever holds members that touch
+-- depends on another's); a batch only ever holds members that touch
 -- disjoint keys (no member writes a key another one writes, reads or
 -- compares), so the batch has the effect of running its members one after
 -- another in any order; and two transactions on one key are never
--- reordered (the later one waits for the batch that carries the earlier). A member's answer is the nested transaction's own
--- (succeeded, responses) with the revision of the request that carried it.
+-- reordered (the later one waits for the batch that carries the earlier).
+-- A member's answer is the nested transaction's own (succeeded,
+-- responses) with the revision of the request that carried it: members
+-- that wrote share that revision.
 --
 -- When a batch goes: at once while fewer than INFLIGHT batches are on
 -- their way, else when one comes back; so a lone transaction waits for
 -- nothing, and under load the members that came during a round trip go
 -- together in the next one. A member that may linger (the end of a run:
--- nobody waits for it but its worker's next run does not either) waits up
--- to that long for others, unless a member that may not comes first and
--- takes it along. A batch holds at most MAX members and as many
--- operations as etcd takes in one transaction (--max-txn-ops, 128 by
--- default, counted as etcd counts them: see need()), and about MAX_BYTES.
+-- nobody waits for it) waits up to that long for others, unless a member
+-- that may not comes first and takes it along. A batch holds at most MAX
+-- members and as many operations as etcd takes in one transaction
+-- (--max-txn-ops, 128 by default, counted as etcd counts them: see
+-- footprint), and about MAX_BYTES.
 --
 -- Errors: when the request fails, every member gets its error, exactly as
 -- if it had made the request itself (its caller's recovery for a lost
@@ -90,10 +92,8 @@ end
 -- sent (optional): called with the number of transactions of each request.
 function M.new(e, sent)
   -- (fw, fr: the keys the batches on their way write and read, counted)
-  local self = setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0,
-                              fw = {}, fr = {} }, B)
-  self.pump = function() return M.pump(self) end
-  return self
+  return setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0,
+                        fw = {}, fr = {} }, B)
 end
 
 -- Whether member m clashes with what writes the keys of w and reads
@@ -108,9 +108,16 @@ local function clash(m, w, r)
   return false
 end
 
+-- Counts m's keys in w and r n more times (n = -1: once less).
 local function add_keys(m, w, r, n)
-  for k in pairs(m.fp.w) do w[k] = (w[k] or 0) + n end
-  for k in pairs(m.fp.r) do r[k] = (r[k] or 0) + n end
+  for k in pairs(m.fp.w) do
+    local c = (w[k] or 0) + n
+    w[k] = c > 0 and c or nil
+  end
+  for k in pairs(m.fp.r) do
+    local c = (r[k] or 0) + n
+    r[k] = c > 0 and c or nil
+  end
 end
 
 -- Takes the next batch off the queue, in order. A member stays for a
@@ -178,6 +185,7 @@ local function send(self, batch)
 end
 
 local monotime = baton.monotime
+local pump
 
 -- Wakes pump at monotonic time at (one sleeper for the earliest).
 local function wake_at(self, at)
@@ -186,13 +194,13 @@ local function wake_at(self, at)
   baton.go(function()
     baton.sleep(math.max(0, at - monotime()))
     if self.wake == at then self.wake = nil end
-    self.pump()
+    pump(self)
   end)
 end
 
 -- Sends batches while there are members waiting, due (or enough of them
 -- to fill a batch), and room on the way.
-local function pump(self)
+function pump(self)
   while #self.queue > 0 and self.inflight < M.INFLIGHT do
     if #self.queue < M.MAX then
       local due = math.huge
@@ -211,16 +219,7 @@ local function pump(self)
       local ok, perr = pcall(send, self, batch)
       self.inflight = self.inflight - 1
       if solo then self.solo_flying = false end
-      for _, m in ipairs(batch) do
-        for k in pairs(m.fp.w) do
-          local n = self.fw[k] - 1
-          self.fw[k] = n > 0 and n or nil
-        end
-        for k in pairs(m.fp.r) do
-          local n = self.fr[k] - 1
-          self.fr[k] = n > 0 and n or nil
-        end
-      end
+      for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, -1) end
       if not ok then
         for _, m in ipairs(batch) do
           if not m.done then answer(m, nil, "EUNKNOWN: " .. tostring(perr), "EUNKNOWN") end
@@ -230,7 +229,6 @@ local function pump(self)
     end)
   end
 end
-M.pump = pump
 
 -- As e:txn(t), in the next batch; linger: seconds t may wait for others
 -- (default 0).
