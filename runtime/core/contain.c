@@ -261,6 +261,24 @@ static void finish(bt_log_level_t level, const char *msg, const char *why) {
   exit_as_worker();
 }
 
+/* The node died. Its worker may hold a success the node had not written
+ * yet (lua/baton/cli/worker.lua, handoff): it writes it, guarded by the
+ * run's fence, and exits once it reads the end of its channel, which the
+ * node's death closed. So every other process below is killed at once,
+ * and the worker gets GONE_GRACE_MS to exit by itself before it is killed
+ * too (a run in progress ends at once: the worker exits at the end of its
+ * channel whatever it is doing). */
+#define GONE_GRACE_MS 1000
+static void node_gone(void) {
+  uint64_t deadline = bt_fence_now_ms() + GONE_GRACE_MS;
+  signal_below(&table, SIGKILL, worker_pid);
+  while (!worker_done && bt_fence_now_ms() < deadline) {
+    reap();
+    if (!worker_done) pause_ms(5);
+  }
+  finish(BT_LOG_WARN, "node gone: every process of its run was killed", "the node process exited");
+}
+
 /* The containment loop: sleeps until a signal or the fence moment. */
 static void contain(const sigset_t *set) {
   for (;;) {
@@ -285,9 +303,7 @@ static void contain(const sigset_t *set) {
       reap();
       if (worker_done) finish(BT_LOG_INFO, NULL, NULL);
     } else if (sig == SIGUSR1) {
-      if (node_pid && getppid() != node_pid)
-        finish(BT_LOG_WARN, "node gone: every process of its run was killed",
-               "the node process exited");
+      if (node_pid && getppid() != node_pid) node_gone();
       finish(BT_LOG_INFO, NULL, NULL);
     } else if (sig == BT_CONTAIN_SWEEP) {
       if (info.si_pid != worker_pid) continue;

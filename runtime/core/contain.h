@@ -14,7 +14,10 @@
  *   - when the worker exits (a crash, a retirement, the end of its channel);
  *   - on SIGUSR1 from the node (the run is stopped: timeout, replace, the
  *     node stopping or fencing itself), and when the node dies (it is the
- *     parent-death signal), even by SIGKILL;
+ *     parent-death signal), even by SIGKILL: then the worker, whose channel
+ *     the death closed, gets a second to write the successes the node had
+ *     not recorded yet and exit by itself (its run's processes are killed
+ *     at once);
  *   - when the node's fence board (fence.h) says the node's lease may have
  *     expired: the run is fenced even if the node is stopped or stalled;
  *

@@ -196,6 +196,24 @@ end }]]):format(h.P .. "started"))
   T.is(x and #x.attempts, 1, "one attempt in the record")
   T.unlike(h:log("h"), "run result not recorded", "the node sees the worker's record as the run's end")
   T.unlike(h:log("h"), "session lost", "and kept its session")
+
+  -- A node killed (kill -9) while it held a success it had not written:
+  -- its worker writes it as it sees the node go, before its containment
+  -- process ends it (without that, nothing would: the node is gone and
+  -- the worker with it before its second is up).
+  assert(h.e:delete(h.P .. "started"))
+  h:cli("job", "run", "quick")
+  T.ok(N.wait(15, function() return (assert(h.e:get(h.P .. "started")).kvs[1]) ~= nil end),
+       "a second run started")
+  h:signal("h", "STOP")
+  baton.sleep(0.8) -- (the run returns 0.5 s after it started; the worker waits a second)
+  h:signal("h", "KILL")
+  local r2 = N.wait(10, function()
+    for _, x in ipairs(h:records("quick")) do
+      if x.state == "succeeded" and x.attempt == 1 and x ~= r and x.fire ~= r.fire then return x end
+    end
+  end)
+  T.ok(r2, "the run of a node killed after it returned is recorded succeeded")
   h:destroy()
 end
 

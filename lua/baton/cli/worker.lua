@@ -374,7 +374,16 @@ return function()
   end)
   while true do
     local line = ch:recv()
-    if not line then return baton.exit(0) end
+    if not line then
+      -- The node stopped or died. What it had not recorded of the
+      -- successes handed to it is written now (its containment process
+      -- gives this a moment when the node died), then the worker exits.
+      for key, h in pairs(state.handoffs) do
+        if h.deadline ~= math.huge then record_success(h.run, h.started) end
+        state.handoffs[key] = nil
+      end
+      return baton.exit(0)
+    end
     local okd, msg = pcall(json.decode, line)
     local run = okd and type(msg) == "table" and opt(msg.run)
     if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
