@@ -364,7 +364,7 @@ return function()
       if not h then
         armed:wait()
       elseif baton.monotime() < h.deadline then
-        baton.sleep(h.deadline - baton.monotime())
+        baton.sleep(math.max(0, h.deadline - baton.monotime()))
       else
         h.deadline = math.huge -- (being recorded)
         record_success(h.run, h.started)
