@@ -11,9 +11,9 @@ for p in $pkgs; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
   case "$st" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
 done
-# node and npm for tests/cron and tests/browser: Debian's nodejs and npm,
-# unless a node with its own npm (NodeSource's nodejs, which provides and
-# conflicts with Debian's npm) is installed already.
+# node and npm for tests/cron, tests/browser and tests/bench/grpc: Debian's
+# nodejs and npm, unless a node with its own npm (NodeSource's nodejs, which
+# provides and conflicts with Debian's npm) is installed already.
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 # npm_ci DIR MODULE WHAT: npm ci in DIR (its package-lock.json pins every
@@ -34,6 +34,10 @@ node_deps() {
   # puppeteer-core for the dashboard's browser test (tests/cluster/dashboard.sh):
   # it drives Debian's chromium and never downloads a browser.
   npm_ci tests/browser puppeteer-core "the dashboard browser test"
+  # etcd3 (grpc-js) for the gRPC side of tests/bench/etcd-gateway, which
+  # compares etcd's CPU for baton's requests through the JSON gateway and
+  # through gRPC.
+  npm_ci tests/bench/grpc etcd3 "the gRPC side of the etcd-gateway bench"
   return 0
 }
 [ -z "$missing" ] && { node_deps; exit 0; }
