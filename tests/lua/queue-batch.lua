@@ -137,6 +137,25 @@ T.ok(out.queue == "one" and type(out.key) == "string" and type(out.revision) == 
 kvs = tasks("one")
 T.is(kvs[1] and kvs[1].value, "[not json, one task]", "VALUE: stored as given, even if it starts with '['")
 
+-- 4b. docs/guide.md's batch push example works when pasted.
+do
+  local guide = F.read((os.getenv("BATON_ROOT") or ".") .. "/docs/guide.md") or ""
+  local block
+  for b in guide:gmatch("```sh\n(.-)```") do
+    if b:find("queue push orders -", 1, true) then block = b end
+  end
+  T.ok(block, "docs/guide.md has the batch push example")
+  local script = ("baton() { %q --endpoints %q --prefix %q \"$@\"; }\n"):format(
+    os.getenv("BATON_BIN") or "bin/baton", os.getenv("BATON_ENDPOINTS"), P) .. (block or "false\n")
+  r = assert(baton.exec { "sh", "-ec", script, cwd = c.dir, timeout = 30 })
+  T.is(r.code, 0, "the guide's example exits 0 " .. r.stderr)
+  T.like(r.stdout, "^3 tasks pushed to queue orders: " .. lit(P) .. "queue/orders/" .. ID .. " %.%. [^\n]+\n"
+    .. "2 tasks pushed to queue orders: [^\n]+\n$", "and prints what the guide shows")
+  ok, why = in_order(tasks("orders"), { '{"id": 1}', '{"id": 2}', '{"id": 3}', '{"id": 4, "amount": 500}',
+                                        "plain text, one task" })
+  T.ok(ok, "the guide's example stores the five tasks it says, in order " .. (why or ""))
+end
+
 -- 5. Two nodes drain 500 tasks pushed in one go: each exactly once.
 local log = c.dir .. "/exec.log"
 for _, n in ipairs { "a", "b" } do c:start(n, 3, "--workers 8 --history 2000") end
