@@ -1013,7 +1013,7 @@ function M.queue_push_many(queue, values, where)
       if r then break end
       -- (the answer may have been lost after the txn was applied: then a
       -- try again fails its compares, and the first key is there)
-      baton.sleep(0.2 * try)
+      if try < 3 then baton.sleep(0.2 * try) end
     end
     local applied = r and r.succeeded
     if not applied then

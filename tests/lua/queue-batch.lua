@@ -127,6 +127,32 @@ r = push { "bad", "v", "--file", c.dir .. "/tasks.txt" }
 T.is(r.code, 2, "VALUE and --file: a usage error")
 T.like(r.stderr, "^baton: queue: give either a VALUE or %-%-file, not both\n", "VALUE and --file: says so")
 
+-- 3b. etcd failing midway (a private etcd that refuses requests over 256
+-- KiB, which baton does not know): the transactions applied stay, and the
+-- error says how many tasks were stored, the first of the input.
+do
+  local H = require "etcdh"
+  local srv = H.start("--max-request-bytes=262144")
+  local mid = {}
+  for i = 1, 200 do mid[i] = "s" .. i end
+  mid[201] = ("y"):rep(300 * 1024)
+  mid[202] = "last"
+  local argv = { os.getenv("BATON_BIN") or "bin/baton", "--endpoints", srv.url, "--prefix", P,
+                 "queue", "push", "part", "-", stdin = table.concat(mid, "\n"), timeout = 60 }
+  r = assert(baton.exec(argv))
+  T.is(r.code, 1, "etcd fails midway: exit 1")
+  T.like(r.stderr, "^baton: queue push part: E%u+: [^\n]*; 128 of 202 tasks were stored %(the first 128 of the "
+    .. "input%), the rest were not\n$", "says how many were stored, in one line")
+  local pe = baton.etcd.new { endpoints = srv.url }
+  local got = assert(pe:get(P .. "queue/part/", { prefix = true, sort = "key", order = "asc" }))
+  local firsts = {}
+  for i = 1, 128 do firsts[i] = "s" .. i end
+  ok, why = in_order(got.kvs, firsts)
+  T.ok(ok, "and those are in etcd: the first 128 tasks, in order " .. (why or ""))
+  pe:close()
+  srv:destroy()
+end
+
 -- 4. One task as before: its key alone, --json {queue, key, revision}.
 r = push { "one", "[not json, one task]" }
 T.like(r.stdout, "^" .. lit(P) .. "queue/one/" .. ID .. "\n$", "VALUE: prints the key alone, as before")
@@ -158,7 +184,12 @@ end
 
 -- 5. Two nodes drain 500 tasks pushed in one go: each exactly once.
 local log = c.dir .. "/exec.log"
-for _, n in ipairs { "a", "b" } do c:start(n, 3, "--workers 8 --history 2000") end
+local probe = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(q) q:respond(200, {}, "") end })
+local port = probe.port
+probe:close()
+F.write(c.dir .. "/token", "qb-token\n")
+c:start("a", 3, ("--workers 8 --history 2000 --http 127.0.0.1:%d --http-token-file %s"):format(port, c.dir .. "/token"))
+c:start("b", 3, "--workers 8 --history 2000")
 local rev = c:put_job("work", ([[
 return { queue = "work", timeout = 20,
   run = function(ctx)
@@ -194,6 +225,43 @@ T.ok((by_node.a or 0) > 0 and (by_node.b or 0) > 0,
 local recs, succeeded = c:records("work"), 0
 for _, rec in ipairs(recs) do if rec.state == "succeeded" then succeeded = succeeded + 1 end end
 T.is(succeeded, 500, "500 run records, succeeded")
+
+-- 5b. The HTTP API: ?batch=true pushes many; without it, one as before.
+local function post(query, body)
+  local res = assert(baton.exec { "curl", "-s", "-w", "\n%{http_code}", "-X", "POST", "--data-binary", "@-",
+    "-H", "Authorization: Bearer qb-token", "http://127.0.0.1:" .. port .. "/api/v1/queues/httpq/tasks" .. query,
+    stdin = body, timeout = 20 })
+  local b, status = res.stdout:match("^(.*)\n(%d+)$")
+  local jok, v = pcall(json.decode, b or "")
+  return tonumber(status), jok and type(v) == "table" and v or {}
+end
+local up = N.wait(20, function()
+  local res = baton.exec { "curl", "-s", "http://127.0.0.1:" .. port .. "/readyz", timeout = 10 }
+  return res and res.stdout:find('"ready"')
+end)
+T.ok(up, "node a serves its HTTP API")
+local st, body = post("?batch=true", '[1, "two", {"x": [3]}]')
+T.is(st, 201, "POST ?batch=true: 201")
+T.ok(body.count == 3 and type(body.keys) == "table" and #body.keys == 3 and body.queue == "httpq",
+  "POST ?batch=true: {queue, count, keys}")
+ok, why = in_order(tasks("httpq"), { "1", "two", '{"x": [3]}' })
+T.ok(ok, "POST ?batch=true: the elements stored in order " .. (why or ""))
+for _, b in ipairs {
+  { "", 400, "^EINVAL: no tasks in the body" },
+  { "[1,", 400, "^EINVAL: the body starts with '%[' but is not a JSON array of tasks" },
+  { "a\n" .. big .. "\n", 413, "^EFBIG: the body, line 2: the task is" },
+} do
+  st, body = post("?batch=true", b[1])
+  T.is(st, b[2], "POST ?batch=true, bad body: " .. b[2])
+  T.like(body.error or "", b[3], "POST ?batch=true, bad body: says why")
+end
+st, body = post("?batch=maybe", "x")
+T.is(st, 400, "POST ?batch=maybe: 400")
+T.is(count("httpq"), 3, "bad bodies stored nothing")
+st, body = post("", "[1, 2]")
+T.is(st, 201, "POST without ?batch: one task, as before")
+T.ok(type(body.key) == "string" and body.count == nil, "POST without ?batch: {queue, key, revision}")
+T.is(body.key and assert(e:get(body.key)).kvs[1].value, "[1, 2]", "POST without ?batch: the body is the task")
 
 -- 6. Paused: tasks wait; one deleted meanwhile is never run; on resume the
 -- rest run, and a node with one worker runs them in push order.

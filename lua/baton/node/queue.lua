@@ -249,7 +249,11 @@ function M.follow(self, q)
             for _, ev in ipairs(evs or {}) do
               local kv = ev.kv
               if ev.type == "put" then
-                add(self, q, qs, kv.key, kv.value, kv.create_revision, now, qs.gen)
+                -- (an update of a task this node no longer waits for: it
+                -- was claimed, here or elsewhere)
+                if kv.version == 1 or qs.tasks[kv.key] then
+                  add(self, q, qs, kv.key, kv.value, kv.create_revision, now, qs.gen)
+                end
               else
                 remove(qs, kv.key)
               end
