@@ -77,22 +77,28 @@ end
 ---------------------------------------------------------------------------
 
 -- The job that consumes queue q: the one found last time while it still
--- does, else the first unpaused one (else a paused one, for its policy).
-local function consumer(self, q, qs)
+-- does (and is not paused, unless paused_ok), else the first unpaused one,
+-- else a paused one. (A node may hold 100,000 jobs: they are scanned only
+-- when the one found last no longer fits, and at most once a second while
+-- the store does not change.)
+local function consumer(self, q, qs, paused_ok)
   local j = qs.job and self.jobs[qs.job]
-  if j and j.spec.queue == q and not j.paused then return qs.job, j end
-  local paused
+  if j and j.spec.queue == q and (paused_ok or not j.paused) then return qs.job, j end
+  local last = qs.scan
+  if last and last.version == self.store_version and baton.monotime() - last.at < 1 then
+    return last.name, last.name and self.jobs[last.name]
+  end
+  local found, paused
   for name, jj in pairs(self.jobs) do
     if jj.spec.queue == q then
-      if not jj.paused then
-        qs.job = name
-        return name, jj
-      end
+      if not jj.paused then found = name; break end
       paused = paused or name
     end
   end
-  qs.job = paused
-  return paused, paused and self.jobs[paused]
+  found = found or paused
+  qs.job = found
+  qs.scan = { version = self.store_version, at = baton.monotime(), name = found }
+  return found, found and self.jobs[found]
 end
 
 -- Wakes the dispatcher of qs (it re-reads the heap and the pool).
@@ -127,7 +133,7 @@ local function add(self, q, qs, key, value, rev, now, gen)
     t.gone = true -- deleted and created again meanwhile: a new task
   end
   if qs.running[key] then return end
-  local name, j = consumer(self, q, qs)
+  local name, j = consumer(self, q, qs, true) -- (a paused job's policy decides too)
   local delay = 0
   if name then
     delay = self.claim_delay(name, j.spec, key)
