@@ -16,6 +16,7 @@ local baton = require "baton"
 local jobmod = require "baton.job"
 local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
+local batch = require "baton.node.batch"
 local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
 local pool = require "baton.node.pool"
@@ -326,6 +327,7 @@ local function apply_job(self, name, source, rev)
     return
   end
   self.bad[name] = nil
+  spec.source = source -- (sent with a run to a worker that has not seen it: runs.lua)
   local j = { spec = spec, paused = self.paused[name] or false,
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
@@ -684,6 +686,8 @@ function M.run(opts)
     metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))
   }
   self.e:observe(metrics.etcd_observer(self))
+  -- Claims and ends of runs go to etcd together (node/batch.lua).
+  self.batch = batch.new(self.e, function(n) self.metrics:batch_sent(n) end)
   self.now = baton.now -- corrected from clock.start on (node/clock.lua)
   self.go = function(fn, ...) return baton.go(guarded(self, fn, false), ...) end
   self.forever = function(fn, ...) return baton.go(guarded(self, fn, true), ...) end

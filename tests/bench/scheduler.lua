@@ -6,13 +6,17 @@
 --                        watch); then N put -> watch event round trips on a
 --                        key of its own. Prints "reload ..." and "watch ...".
 --   put-jobs N KIND      N jobs bench-00001.. in txns of 128 puts; KIND tick
---                        (every second, each run does a ctx:put_fenced) or
---                        idle (a yearly schedule: loaded, armed, never due)
+--                        (every second, each run does a ctx:put_fenced of
+--                        P out/<job>/<instant>), noop (every second, does
+--                        nothing) or idle (a yearly schedule: loaded, armed,
+--                        never due)
 --   wait-status N T0 S   waits (S seconds at most) until P status/ holds N
 --                        keys (one node: one per job); prints the seconds since T0
 --                        (epoch seconds, the node's start)
 --   lateness FROM TO     run records with FROM <= fire < TO: lateness
---                        (started - fire) percentiles, counts by state
+--                        (started - fire) percentiles, counts by state, and
+--                        the tick job's executions (out/ keys) and those of
+--                        them written twice (version > 1)
 local e = baton.etcd
 local json = baton.json
 local P = baton.config.prefix
@@ -89,10 +93,16 @@ elseif mode == "put-jobs" then
   local n, kind = tonumber(arg[2]), arg[3]
   local src
   if kind == "tick" then
+    -- one key per instant: a second execution of an instant would make
+    -- its key's version 2 (see lateness)
     src = ([[
 return { schedule = "* * * * * *", timeout = 60,
-  run = function(ctx) assert(ctx:put_fenced(%q .. ctx.job, tostring(ctx.fire))) end }
+  run = function(ctx) assert(ctx:put_fenced(%q .. ctx.job .. "/" .. string.format("%%d", ctx.fire), "1")) end }
 ]]):format(P .. "out/")
+  elseif kind == "noop" then
+    src = [[
+return { schedule = "* * * * * *", timeout = 60, run = function(ctx) end }
+]]
   else
     src = [[
 return { schedule = "0 0 1 1 *", timeout = 60, run = function(ctx) end }
@@ -145,11 +155,22 @@ elseif mode == "lateness" then
       end
     end
   end
+  -- executions: the tick job's keys for instants in the window, and those
+  -- written more than once
+  local x = assert(e:get(P .. "out/", { prefix = true }))
+  local execs, twice = 0, 0
+  for _, kv in ipairs(x.kvs) do
+    local f = tonumber(kv.key:match("/(%d+)$"))
+    if f and f >= from and f < to then
+      execs = execs + 1
+      if kv.version > 1 then twice = twice + 1 end
+    end
+  end
   local st = {}
   for k, v in pairs(states) do st[#st + 1] = k .. "=" .. v end
   table.sort(st)
-  print(("lateness p50_ms=%.1f p99_ms=%.1f max_ms=%.1f started=%d records=%d %s"):format(
-    pct(late, 0.5), pct(late, 0.99), pct(late, 1), #late, total, table.concat(st, " ")))
+  print(("lateness p50_ms=%.1f p99_ms=%.1f max_ms=%.1f started=%d records=%d execs=%d twice=%d %s"):format(
+    pct(late, 0.5), pct(late, 0.99), pct(late, 1), #late, total, execs, twice, table.concat(st, " ")))
 else
   io.stderr:write("scheduler.lua: unknown mode " .. tostring(mode) .. "\n")
   baton.exit(2)

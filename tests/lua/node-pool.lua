@@ -166,6 +166,39 @@ T.isnt(after[#after].pid, spid, "on another worker")
 
 T.unlike(c:log("a"), "session lost", "the node kept its lease throughout")
 
+-- 5. A success is handed over to the node, which records it with others
+-- (node/batch.lua); a node that froze right after its run returned does
+-- not lose it: the worker records it itself after a second.
+do
+  local h = N.new("nodehandoff")
+  h:start("h", 10)
+  local hrev = h:put_job("quick", ([[
+return { schedule = "@manual", run = function(ctx)
+  assert(ctx:put_fenced(%q, "1"))
+  baton.sleep(0.5)
+end }]]):format(h.P .. "started"))
+  T.ok(h:loaded("quick", hrev), "handoff: job loaded")
+  h:cli("job", "run", "quick")
+  T.ok(N.wait(15, function() return (assert(h.e:get(h.P .. "started")).kvs[1]) ~= nil end), "the run started")
+  h:signal("h", "STOP")
+  local frozen = baton.monotime()
+  local r = N.wait(8, function()
+    local x = h:records("quick")[1]
+    return x and x.state == "succeeded" and x
+  end)
+  T.ok(r, ("recorded succeeded while its node was frozen (%.1f s after the freeze)")
+    :format(baton.monotime() - frozen))
+  T.ok(baton.monotime() - frozen < 8, "within the node's TTL")
+  h:signal("h", "CONT")
+  T.ok(N.wait(10, function() return h:log("h"):find("run ended", 1, true) end),
+    "the node, thawed, ends the run")
+  local x = h:records("quick")[1]
+  T.is(x and #x.attempts, 1, "one attempt in the record")
+  T.unlike(h:log("h"), "run result not recorded", "the node sees the worker's record as the run's end")
+  T.unlike(h:log("h"), "session lost", "and kept its session")
+  h:destroy()
+end
+
 -- Bad input: a node that could run nothing is refused.
 local bad = c:cli("node", "--name", "b", "--workers", "0")
 T.is(bad.code, 2, "--workers 0: usage error")

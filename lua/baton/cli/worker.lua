@@ -3,13 +3,24 @@
 -- and sends one message per line:
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, deadline, marker, task, shard, record,
---                    clock, params, event, events}}
---   worker -> node  {"ok": bool, "error": string|null, "recorded": bool,
---                    "retire": bool}
+--                    code_revision, source, deadline, marker, task, shard,
+--                    record, clock, params, event, events}}
+--   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
+--                    "handoff": key|null, "busy": seconds spent on the run}
+--   node -> worker  {"recorded": key}   once it has written that success
 --
--- One run at a time. For each run the worker reads the job's source at the
--- revision the node loaded (kept in a small cache), compiles it in a fresh
+-- A success is handed over (handoff, key job/id/attempt): the node records
+-- it, with the ends of its other runs in one etcd request (node/batch.lua),
+-- and then says so. The worker may take other runs meanwhile; if the word
+-- does not come within HANDOFF seconds (the node froze) it records the
+-- success itself, guarded by the run's fence as the node's write is: a run
+-- that completed is recorded even if its node froze right after, and of
+-- the two writes at most one applies.
+--
+-- One run at a time. For each run the worker takes the job's source at the
+-- revision the node loaded (kept in a small cache; the node sends it with
+-- the first run of that revision it gives this worker, and a source the
+-- cache has dropped is read from etcd at that revision), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
 -- run, one per line; that, its ctx.log lines and what the programs it
@@ -33,16 +44,17 @@ local util = require "baton.cli.util"
 local json = baton.json
 
 local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
+local HANDOFF = 1 -- seconds a success waits for the node to record it
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
 
--- Records a success right here, guarded by the run's fence, so that a run
--- that completed is recorded even if the node froze after it. The node
--- sent the record as it claimed it. Not once the node's fence board says
--- its lease may be gone (the containment process is ending the run then).
--- The success makes the events that run.events (sent by the node) says.
+-- Records a success right here, guarded by the run's fence, when the node
+-- did not within HANDOFF seconds (see the top of this file). The node sent
+-- the record as it claimed it. Not once the node's fence board says its
+-- lease may be gone (the containment process is ending the run then). The
+-- success makes the events that run.events (sent by the node) says.
 local function record_success(run, started)
   local rec = opt(run.record)
   if not rec or baton._fenced() then return false end
@@ -58,6 +70,12 @@ local sources, nsources = {}, 0
 -- The job's source at the revision the node loaded.
 local function source(run)
   local ck = run.job .. "@" .. tostring(run.code_revision)
+  if type(run.source) == "string" then
+    -- (sent by the node: kept, as a read would be)
+    if nsources + #run.source > SOURCE_CACHE then sources, nsources = {}, 0 end
+    sources[ck] = { text = run.source, revision = run.code_revision }
+    nsources = nsources + #run.source
+  end
   if sources[ck] then return sources[ck] end
   local key = util.prefix() .. "jobs/" .. run.job
   local r, err = baton.etcd:get(key, { revision = run.code_revision })
@@ -250,9 +268,10 @@ local function error_text(v)
   return ok and text or tostring(v)
 end
 
--- Runs one run; returns the reply for the node. run(ctx) fails the run by
--- raising, or by returning nil (or false) and an error, as Lua functions
--- report failure; false alone fails it too.
+-- Runs one run; returns the reply for the node and, for a success to hand
+-- over, what record_success needs. run(ctx) fails the run by raising, or
+-- by returning nil (or false) and an error, as Lua functions report
+-- failure; false alone fails it too.
 local function execute(run, state)
   local src, serr = source(run)
   if not src then return { ok = false, error = serr } end
@@ -302,7 +321,8 @@ local function execute(run, state)
     -- stops this worker and waits for them before it records the run.
     reply.retire = true
   elseif reply.ok then
-    reply.recorded = record_success(run, started)
+    reply.handoff = true
+    return reply, started
   end
   return reply
 end
@@ -324,24 +344,66 @@ return function()
       state.cancelled = true
     end
   end)
+  -- The successes handed over (state.handoffs[key] = {run, started,
+  -- deadline}, key = job/id/attempt) end when the node's word comes (the
+  -- loop below) or, past their deadline, here: the worker records them
+  -- itself. The worker takes other runs meanwhile; settled wakes one that
+  -- waits to retire until none is left.
+  state.handoffs = {}
+  local settled, armed = baton._cond(), baton._cond()
+  local function settle(key)
+    state.handoffs[key] = nil
+    if not next(state.handoffs) then settled:broadcast() end
+  end
+  baton.go(function()
+    while true do
+      local key, h = nil, nil
+      for k, x in pairs(state.handoffs) do
+        if not h or x.deadline < h.deadline then key, h = k, x end
+      end
+      if not h then
+        armed:wait()
+      elseif baton.monotime() < h.deadline then
+        baton.sleep(h.deadline - baton.monotime())
+      else
+        h.deadline = math.huge -- (being recorded)
+        record_success(h.run, h.started)
+        if state.handoffs[key] == h then settle(key) end
+      end
+    end
+  end)
   while true do
     local line = ch:recv()
     if not line then return baton.exit(0) end
     local okd, msg = pcall(json.decode, line)
     local run = okd and type(msg) == "table" and opt(msg.run)
+    if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
+      settle(msg.recorded)
+    end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       local before, shared = baton._coroutines(), shared_state()
       baton.go(function()
-        local reply = execute(run, state)
+        local t0 = baton.monotime()
+        local reply, started = execute(run, state)
         -- Of the run, only this coroutine may be left, and what all runs
         -- share must be as it was: a job that patched a module or the
         -- string metatable would otherwise change the next job's world.
         reply.retire = reply.retire or baton._coroutines() > before + 1
           or baton._children() > 0 or not shared_unchanged(shared)
+        reply.busy = baton.monotime() - t0
+        if reply.handoff then
+          reply.handoff = run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
+          state.handoffs[reply.handoff] = { run = run, started = started,
+                                            deadline = baton.monotime() + HANDOFF }
+          armed:signal()
+        end
         state.busy = false
         ch:send(json.encode(reply))
-        if reply.retire then baton.exit(0) end
+        if reply.retire then
+          if next(state.handoffs) then settled:wait() end
+          baton.exit(0)
+        end
       end)
     end
   end

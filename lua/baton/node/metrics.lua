@@ -330,6 +330,7 @@ end
 -- hour-long batch runs (the default timeout is 3600 s).
 M.LATENESS_BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 60 }
 M.DURATION_BUCKETS = { 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600 }
+M.DISPATCH_BUCKETS = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1 }
 M.ETCD_BUCKETS = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5 }
 
 -- The final states of a run record (docs/jobs.md) and the reasons an
@@ -380,6 +381,13 @@ function M.for_node()
     "Times this node listed the job store again after its watch was compacted or failed.")
   m.etcd_duration = m:histogram("baton_etcd_request_duration_seconds",
     "Duration of this node's etcd requests, by operation.", { "operation" }, M.ETCD_BUCKETS)
+  m.batches = m:counter("baton_etcd_batches_total",
+    "Requests of this node's write batcher: each carries one or more claims or ends of runs as one etcd transaction.")
+  m.batched = m:counter("baton_etcd_batched_transactions_total",
+    "Claims and ends of runs this node's write batcher carried (divided by baton_etcd_batches_total: the batching factor).")
+  m.dispatch = m:histogram("baton_worker_dispatch_seconds",
+    "Time from sending a run to a warm worker to reading its reply, less the time the worker spent on the run.",
+    nil, M.DISPATCH_BUCKETS)
   m.etcd_errors = m:counter("baton_etcd_request_errors_total",
     "etcd requests of this node that failed, by operation and error code.", { "operation", "code" })
   m.http = m:counter("baton_http_requests_total",
@@ -449,6 +457,15 @@ function Node:skip(job, why)
 end
 
 function Node:claim_lost(job) self.claims_lost:inc({ job_name = job }) end
+
+-- The write batcher sent one request carrying n transactions (node/batch.lua).
+function Node:batch_sent(n)
+  self.batches:inc()
+  self.batched:inc(nil, n)
+end
+
+-- A worker's reply came secs after the run was sent, less its own time on it.
+function Node:dispatched(secs) self.dispatch:observe(nil, secs > 0 and secs or 0) end
 
 -- This node handled a run of a lost node (leader.lua); state is the
 -- record's new state ("retrying" when it waits for another attempt).

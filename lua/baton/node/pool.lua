@@ -122,7 +122,8 @@ function Pool:get(run)
     local p, err = baton.spawn { baton._self_exe, "worker", argv0 = baton._exe or "baton",
                                  env = e, channel = true, stop_signal = "SIGUSR1" }
     if not p then return nil, err end
-    w = { p = p, ch = p.channel }
+    -- (known: the revision of each job whose source it was sent)
+    w = { p = p, ch = p.channel, known = {} }
   end
   self.busy[w] = run
   return w

@@ -255,7 +255,8 @@ function M.claim(self, run, opts)
   end
   local r, err
   for try = 1, 3 do
-    r, err = e:txn { compare = compare, success = success, failure = failure }
+    -- (with the claims of other runs due now: node/batch.lua)
+    r, err = self.batch:txn { compare = compare, success = success, failure = failure }
     if r then break end
     -- The answer was lost: the transaction may have been applied.
     local kv = claimed_by(self, s, k, token)
@@ -321,8 +322,12 @@ function M.final_ops(P, run, ops, rec)
   return ops
 end
 
+-- How long the end of a run may wait for the ends (or claims) of others
+-- to go to etcd in the same request (node/batch.lua).
+M.RECORD_LINGER = 0.01
+
 -- Writes the end of an attempt, guarded by its fence (and, with
--- opts.alive, by the node's session): final, or waiting for its next
+-- opts.alive, by the node's session, and opts.linger: see node/batch.lua): final, or waiting for its next
 -- attempt (rec.state "retrying" with rec.retry_at: a pending/ entry that
 -- any eligible node claims at that time). Returns the record's new mod
 -- revision, or nil if the claim was lost. The worker calls it too, to
@@ -350,14 +355,19 @@ function M.record_end(e, P, run, fence, rec, opts)
   if opts.alive then compare[2] = opts.alive end
   for _ = 1, 5 do
     if opts.still_ok and not opts.still_ok() then return nil end
-    local r = e:txn { compare = compare, success = ops }
-    if r then return r.succeeded and r.revision or nil end
-    -- The answer was lost: see whether it was written (the marker of this
-    -- fence is gone and the record's last attempt is this one).
+    local r = e:txn({ compare = compare, success = ops }, opts.linger)
+    if r and r.succeeded then return r.revision end
+    -- The answer was lost, or the compare failed: see whether this end is
+    -- written (the marker of this fence is gone and the record's last
+    -- attempt is this one). It may be by the other party that can write a
+    -- success: the node, or its worker when the node was slow to (see
+    -- cli/worker.lua, handoff).
     local g = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } } } }
     if g then
       local m, kv = g.responses[1].kvs[1], g.responses[2].kvs[1]
-      if m and m.create_revision == fence then -- not applied: write again
+      if m and m.create_revision == fence then
+        if r then return nil end -- the compare failed on something else (opts.alive)
+        -- not applied: write again
       else
         local ok, now = pcall(json.decode, kv and kv.value or "")
         local last = ok and type(now) == "table" and type(now.attempts) == "table"
@@ -371,10 +381,12 @@ end
 
 -- One attempt in a pooled worker. Returns how it ended: the state
 -- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
--- "interrupted" when the node is stopping), the reason (nil on success), and whether the worker
--- recorded the success itself. The run's processes are gone when it
--- returns: the worker ends them before it replies, and a worker that is
--- stopped is waited for.
+-- "interrupted" when the node is stopping), the reason (nil on success),
+-- and, for a success the worker hands over (its reply says handoff), the
+-- worker and the key to tell it once the node has recorded it (see
+-- cli/worker.lua). The run's processes are gone when it returns: the
+-- worker ends them before it replies, and a worker that is stopped is
+-- waited for.
 local function attempt(self, run, fence, rec)
   local spec, pool = run.spec, self.pool
   if not M.live(self, run.session) then
@@ -388,16 +400,25 @@ local function attempt(self, run, fence, rec)
   if run.cancel then return "killed", run.cancel.reason end
   local w, err = pool:get(run)
   if not w then return "failed", "cannot start a worker: " .. tostring(err) end
+  -- The job's source goes with the run unless this worker has it already:
+  -- a run reads nothing the node knows.
+  local source
+  if w.known[run.job] ~= spec.revision then source, w.known[run.job] = spec.source, spec.revision end
+  local sent = baton.monotime()
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
-    node = self.name, code_revision = spec.revision, deadline = rec.started + spec.timeout,
+    node = self.name, code_revision = spec.revision, source = source, deadline = rec.started + spec.timeout,
     marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
     params = rec.params or json.null, event = run.event or json.null,
-    -- (for the success the worker records itself; the node's other ends
-    -- use the event jobs it has when the run ends)
+    -- (for the success the worker records itself when this node is slow
+    -- to; the node's other ends use the event jobs it has when the run ends)
     events = { succeeded = (events.targets(self, run.job) or {}).succeeded },
   }, rec.started + spec.timeout - self.now())
+  if reply and type(reply.busy) == "number" then
+    -- The round trip, less the time the worker spent on the run itself.
+    self.metrics:dispatched(baton.monotime() - sent - reply.busy)
+  end
   local why
   if ended == "timeout" then
     -- Cooperative stop first (ctx:cancelled() turns true, the job's own
@@ -414,7 +435,9 @@ local function attempt(self, run, fence, rec)
   pool:put(w, reply and not reply.retire and not run.cancel and not self.stopping)
   if run.cancel then return "killed", run.cancel.reason end
   if why then return "failed", why end
-  if reply and reply.ok then return "succeeded", nil, reply.recorded end
+  if reply and reply.ok then
+    return "succeeded", nil, type(reply.handoff) == "string" and { w = w, key = reply.handoff } or nil
+  end
   if self.stopping then
     return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
@@ -453,7 +476,7 @@ function M.execute(self, run, fence, rec, has_slot)
   log("info", "run started", f)
   self.metrics:run_started(run, rec)
   self.nrunning = self.nrunning + 1
-  local state, why, recorded = attempt(self, run, fence, rec)
+  local state, why, handoff = attempt(self, run, fence, rec)
   self.nrunning = self.nrunning - 1
   self.pool:release()
   local delay, final = next_step(self, run, rec, state, why)
@@ -465,9 +488,15 @@ function M.execute(self, run, fence, rec, has_slot)
   f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
   local s = run.session
   run.events = events.targets(self, run.job)
-  local rev = recorded or M.record_end(self.e, P, run, fence, rec, {
-    attempt_state = state, alive = alive_compare(self, s),
+  -- (with the ends of other runs: node/batch.lua)
+  local rev = M.record_end(self.batch, P, run, fence, rec, {
+    attempt_state = state, alive = alive_compare(self, s), linger = M.RECORD_LINGER,
     still_ok = function() return M.live(self, s) end })
+  if handoff then
+    -- The worker records the success itself unless this word comes in time
+    -- (a worker stopped meanwhile reads it no more).
+    handoff.w.ch:send(json.encode { recorded = handoff.key })
+  end
   self.executing = self.executing - 1
   self.metrics:attempt_ended(run, rec, state, rev, delay)
   if not rev then
