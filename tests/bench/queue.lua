@@ -7,9 +7,11 @@
 --                        job bench loaded in P status/bench/
 --   wait-empty S         waits (S seconds at most) until P queue/bench/ is
 --                        empty; prints "empty at=<epoch seconds> left=N"
---   check DIR N          reads DIR/*.log: executions, distinct tasks,
+--   check DIR N [KEYS]   reads DIR/*.log: executions, distinct tasks,
 --                        duplicates, missing (of N), the first and last
---                        execution time, executions per node
+--                        execution time, executions per node; with KEYS
+--                        (the --json output of the push), the ids of up
+--                        to 5 missing tasks (missing_ids=a,b)
 local e = baton.etcd
 local json = baton.json
 local P = baton.config.prefix
@@ -77,8 +79,19 @@ elseif mode == "check" then
   local nodes = {}
   for k, v in pairs(per) do nodes[#nodes + 1] = k .. ":" .. v end
   table.sort(nodes)
-  print(("check execs=%d distinct=%d dup=%d missing=%d first=%.3f last=%.3f nodes=%s"):format(
-    execs, distinct, dup, n - distinct, execs > 0 and first or 0, last, table.concat(nodes, ",")))
+  local gone = {}
+  if arg[4] then
+    local f = assert(io.open(arg[4]))
+    local pushed = json.decode(f:read("*a"))
+    f:close()
+    for _, key in ipairs(type(pushed) == "table" and pushed.keys or {}) do
+      local id = key:match("[^/]+$")
+      if not seen[id] and #gone < 5 then gone[#gone + 1] = id end
+    end
+  end
+  print(("check execs=%d distinct=%d dup=%d missing=%d first=%.3f last=%.3f nodes=%s missing_ids=%s"):format(
+    execs, distinct, dup, n - distinct, execs > 0 and first or 0, last, table.concat(nodes, ","),
+    #gone > 0 and table.concat(gone, ",") or "-"))
 
 else
   io.stderr:write("queue.lua: unknown mode " .. tostring(mode) .. "\n")
