@@ -46,6 +46,7 @@ static const char usage[] =
   "                                  check, then store at <prefix>policies/<NAME>\n"
   "  policy ls | show NAME | rm NAME | versions | diff | rollback\n"
   "  queue push QUEUE VALUE          add a task to a queue\n"
+  "  queue push QUEUE - | --file FILE   many tasks: one per line, or a JSON array\n"
   "  nodes                           live nodes with labels, version, running runs\n"
   "  leader                          the elected cluster leader\n"
   "  keygen FILE                     an Ed25519 key pair for signed code: FILE, FILE.pub\n"

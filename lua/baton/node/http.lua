@@ -311,7 +311,19 @@ end
 function API.job_versions(_, _, p) return answer(200, ops.versions("job", p.name)) end
 function API.policy_versions(_, _, p) return answer(200, ops.versions("policy", p.name)) end
 
-function API.queue_push(_, req, p) return answer(201, ops.queue_push(p.queue, req.body)) end
+-- POST /api/v1/queues/{queue}/tasks: the body is one task; with
+-- ?batch=true, many, as `baton queue push QUEUE -` reads them (one per line,
+-- or a JSON array), answered {queue, count, keys, revision}.
+function API.queue_push(_, req, p, q)
+  local batch, berr = flag_of(q, "batch")
+  if batch == nil then return bad(berr) end
+  if not batch then return answer(201, ops.queue_push(p.queue, req.body)) end
+  local ok, nerr, ncode = ops.check_name("queue", p.queue)
+  if not ok then return fail_of(nerr, ncode) end
+  local values, where, code = ops.queue_tasks(req.body or "", "the body")
+  if not values then return fail_of(where, code) end
+  return answer(201, ops.queue_push_many(p.queue, values, where))
+end
 
 function API.healthz(self)
   return 200, { status = "ok", node = self.name }
@@ -394,7 +406,7 @@ local ROUTES = {
   { "api/v1/policies/:name", GET = "policy_get", PUT = "policy_put", DELETE = "policy_delete",
     query = { PUT = { revision = true } } },
   { "api/v1/policies/:name/versions", GET = "policy_versions" },
-  { "api/v1/queues/:queue/tasks", POST = "queue_push" },
+  { "api/v1/queues/:queue/tasks", POST = "queue_push", query = { POST = { batch = true } } },
 }
 local METHODS = { "GET", "PUT", "POST", "DELETE" }
 for _, r in ipairs(ROUTES) do

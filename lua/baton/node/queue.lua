@@ -2,57 +2,247 @@
 -- per task under P queue/orders/. Every node follows the queue; a node takes
 -- a task only when it has a free worker slot (--workers), after its
 -- policy's delay, by the same claim transaction as an instant (plus: the
--- task must still exist). The task is deleted when its run ends for good;
--- a task whose node dies is re-run or abandoned by the leader like any run.
+-- task must still exist, as the node saw it). The task is deleted when its
+-- run ends for good; a task whose node dies is re-run or abandoned by the
+-- leader like any run.
+--
+-- One dispatcher per queue and node: the tasks the node knows (listed, then
+-- watched) wait in a heap ordered by when they become ready (the time the
+-- node saw them plus its policy's claim_delay: with the default policy, 0 on
+-- the node ranked first for the task, 0.5 s, 1 s... on the others), then by
+-- create revision, then by key (tasks of one push transaction share a
+-- revision; their ids sort in push order). The dispatcher waits for a worker
+-- slot (first come, first served with the node's other runs), takes the
+-- first ready task and starts it (runs.start: the one claim path), and goes
+-- on while slots are free, so that the claims of several free slots leave at
+-- once (and can share a request). 10,000 queued tasks cost a heap entry
+-- each, not a coroutine. A node thus works through the tasks it ranks first
+-- for, in order, and takes over another node's only once they have waited
+-- that node's grace: busy nodes rarely race for one task.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local etcd = require "baton.etcd"
 
 local M = {}
 
+local LIST_PAGE = 1000 -- tasks per range request when (re)listing a queue
+
 local function log(level, msg, fields) baton.log[level](msg, fields) end
 
--- The job that consumes queue q, if one is loaded here.
-local function consumer(self, q)
-  for name, j in pairs(self.jobs) do
-    if j.spec.queue == q and not j.paused then return name, j end
+---------------------------------------------------------------------------
+-- the heap of waiting tasks: entries {key=, value=, rev=, ready=}
+
+local function before(a, b)
+  if a.ready ~= b.ready then return a.ready < b.ready end
+  if a.rev ~= b.rev then return a.rev < b.rev end
+  return a.key < b.key
+end
+
+local function heap_push(h, t)
+  local i = #h + 1
+  h[i] = t
+  while i > 1 do
+    local p = math.floor(i / 2)
+    if not before(h[i], h[p]) then break end
+    h[i], h[p] = h[p], h[i]
+    i = p
   end
 end
 
-local function take(self, q, key, value)
-  local qs = self.queues[q]
-  if qs.seen[key] then return end
-  qs.seen[key] = true
-  local name, j = consumer(self, q)
-  if not name then qs.seen[key] = nil; return end
-  local id = key:match("[^/]+$")
-  local delay = self.claim_delay(name, j.spec, key)
-  if delay == nil then qs.seen[key] = nil; return end
-  if delay > 0 then baton.sleep(delay) end
-  local run = { job = name, id = id, fire = baton.now(), spec = j.spec,
-                task = { key = key, value = value } }
-  runs.start(self, run, {
-    force = true, -- tasks of one queue run in parallel by design
-    extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
-  })
-  qs.seen[key] = nil
+local function heap_pop(h)
+  local n = #h
+  local top = h[1]
+  h[1] = h[n]
+  h[n] = nil
+  n = n - 1
+  local i = 1
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and before(h[l], h[m]) then m = l end
+    if r <= n and before(h[r], h[m]) then m = r end
+    if m == i then break end
+    h[i], h[m] = h[m], h[i]
+    i = m
+  end
+  return top
 end
 
--- Follows queue q (once per node): lists the tasks, then watches for more.
+-- The first task still waiting (deleted ones leave the heap here).
+local function first(qs)
+  local h = qs.heap
+  while h[1] and h[1].gone do heap_pop(h) end
+  return h[1]
+end
+
+---------------------------------------------------------------------------
+
+-- The job that consumes queue q: the one found last time while it still
+-- does (and is not paused, unless paused_ok), else the first unpaused one,
+-- else a paused one. (A node may hold 100,000 jobs: they are scanned only
+-- when the one found last no longer fits, and at most once a second while
+-- the store does not change.)
+local function consumer(self, q, qs, paused_ok)
+  local j = qs.job and self.jobs[qs.job]
+  if j and j.spec.queue == q and (paused_ok or not j.paused) then return qs.job, j end
+  local last = qs.scan
+  if last and last.version == self.store_version and baton.monotime() - last.at < 1 then
+    return last.name, last.name and self.jobs[last.name]
+  end
+  local found, paused
+  for name, jj in pairs(self.jobs) do
+    if jj.spec.queue == q then
+      if not jj.paused then found = name; break end
+      paused = paused or name
+    end
+  end
+  found = found or paused
+  qs.job = found
+  qs.scan = { version = self.store_version, at = baton.monotime(), name = found }
+  return found, found and self.jobs[found]
+end
+
+-- Wakes the dispatcher of qs (it re-reads the heap and the pool).
+local function wake(qs) qs.cond:signal() end
+
+-- Waits until woken, or secs seconds at most (nil: no limit). One alarm
+-- coroutine serves every wait that ends no earlier than it.
+local function wait(qs, secs)
+  if secs then
+    local due = baton.monotime() + secs
+    if not qs.alarm or qs.alarm > due + 0.002 then
+      qs.alarm = due
+      baton.go(function()
+        baton.sleep(secs)
+        if qs.alarm == due then qs.alarm = nil end
+        wake(qs)
+      end)
+    end
+  end
+  qs.cond:wait()
+end
+
+-- A task the node saw at now (listed, or a put event creating it): into
+-- the heap, unless known already or the node's policy says it never takes
+-- it. (Tasks seen together share now, so that they keep their create order
+-- among those of equal delay.) gen marks the listing that saw it.
+local function add(self, q, qs, key, value, rev, now, gen)
+  local t = qs.tasks[key]
+  if t then
+    t.gen = gen
+    if t.rev == rev then t.value = value; return end
+    t.gone = true -- deleted and created again meanwhile: a new task
+  end
+  if qs.running[key] then return end
+  local name, j = consumer(self, q, qs, true) -- (a paused job's policy decides too)
+  local delay = 0
+  if name then
+    delay = self.claim_delay(name, j.spec, key)
+    if delay == nil then return end
+  end
+  t = { key = key, value = value, rev = rev, ready = now + delay, gen = gen }
+  qs.tasks[key] = t
+  heap_push(qs.heap, t)
+  wake(qs)
+end
+
+local function remove(qs, key)
+  local t = qs.tasks[key]
+  if t then
+    t.gone = true
+    qs.tasks[key] = nil
+  end
+end
+
+-- One task, taken by the dispatcher: claims and runs it (runs.start takes
+-- the worker slot itself: the dispatcher waited for one to be free and let
+-- it go just before).
+local function run_task(self, qs, name, j, t)
+  qs.handing = false
+  wake(qs)
+  local run = { job = name, id = t.key:match("[^/]+$"), fire = baton.now(), spec = j.spec,
+                task = { key = t.key, value = t.value } }
+  runs.start(self, run, {
+    force = true, -- tasks of one queue run in parallel by design
+    -- the task is still there, as this node saw it
+    extra_compare = { { key = t.key, target = "create", op = "==", value = t.rev } },
+  })
+  qs.running[t.key] = nil
+end
+
+-- The dispatcher of queue q: while the node runs, hands each ready task
+-- to a free worker slot, in heap order.
+local function dispatch(self, q, qs)
+  while not self.stopping do
+    local t = first(qs)
+    local name, j = consumer(self, q, qs)
+    local now = baton.monotime()
+    if not t then
+      wait(qs)
+    elseif not name or j.paused then
+      wait(qs, 1) -- (a job resumed or loaded again is seen within a second)
+    elseif t.ready > now then
+      wait(qs, t.ready - now)
+    else
+      -- Wait for a free slot, then let it go to run_task, which starts at
+      -- once (runs.start takes a free slot without waiting); go on when it
+      -- has, so that this loop never holds more than one task in hand.
+      if not self.pool:acquire() then return end
+      t = first(qs)
+      name, j = consumer(self, q, qs)
+      self.pool:release()
+      if t and name and not j.paused and t.ready <= baton.monotime() and not self.stopping then
+        heap_pop(qs.heap)
+        qs.tasks[t.key] = nil
+        qs.running[t.key] = true
+        qs.handing = true
+        self.go(run_task, self, qs, name, j, t)
+        while qs.handing and not self.stopping do qs.cond:wait() end
+      end
+    end
+  end
+end
+
+-- Lists queue q's tasks at one revision, a page at a time; returns that
+-- revision, or nil and the error. Waiting tasks that are no longer there
+-- (deleted while the node did not watch) leave the heap.
+local function list(self, q, qs, prefix)
+  local e = self.e
+  local from, rev = prefix, nil
+  local stop = etcd.prefix_end(prefix)
+  local now = baton.monotime()
+  qs.gen = (qs.gen or 0) + 1
+  while true do
+    local r, err = e:get(from, { range_end = stop, sort = "key", order = "asc", limit = LIST_PAGE,
+                                 revision = rev })
+    if not r then return nil, err end
+    rev = rev or r.revision
+    for _, kv in ipairs(r.kvs) do add(self, q, qs, kv.key, kv.value, kv.create_revision, now, qs.gen) end
+    if #r.kvs < LIST_PAGE then break end
+    from = r.kvs[#r.kvs].key .. "\0"
+  end
+  for key, t in pairs(qs.tasks) do
+    if t.gen ~= qs.gen then remove(qs, key) end
+  end
+  return rev
+end
+
+-- Follows queue q (once per node): lists the tasks, then watches for more
+-- (and for deletions: a task deleted before its claim is not run).
 function M.follow(self, q)
   if self.queues[q] then return end
-  local qs = { seen = {} }
+  local qs = { tasks = {}, heap = {}, running = {}, cond = baton._cond() }
   self.queues[q] = qs
-  local P, e = self.P, self.e
-  local prefix = P .. "queue/" .. q .. "/"
+  local e = self.e
+  local prefix = self.P .. "queue/" .. q .. "/"
+  self.forever(dispatch, self, q, qs)
   self.forever(function()
     while not self.stopping do
-      local r, err = e:get(prefix, { prefix = true, sort = "create" })
-      if not r then
+      local rev, err = list(self, q, qs, prefix)
+      if not rev then
         log("warn", "listing a queue failed", { queue = q, error = err })
         baton.sleep(1)
       else
-        for _, kv in ipairs(r.kvs) do self.go(take, self, q, kv.key, kv.value) end
-        local w, werr = e:watch(prefix, { prefix = true, start_revision = r.revision + 1 })
+        local w, werr = e:watch(prefix, { prefix = true, start_revision = rev + 1 })
         if not w then
           log("warn", "watching a queue failed", { queue = q, error = werr })
           baton.sleep(1)
@@ -61,8 +251,18 @@ function M.follow(self, q)
           while not self.stopping do
             local evs, _, code = w:next(5)
             if not evs and code ~= "ETIMEDOUT" then break end
+            local now = baton.monotime()
             for _, ev in ipairs(evs or {}) do
-              if ev.type == "put" then self.go(take, self, q, ev.kv.key, ev.kv.value) end
+              local kv = ev.kv
+              if ev.type == "put" then
+                -- (an update of a task this node no longer waits for: it
+                -- was claimed, here or elsewhere)
+                if kv.version == 1 or qs.tasks[kv.key] then
+                  add(self, q, qs, kv.key, kv.value, kv.create_revision, now, qs.gen)
+                end
+              else
+                remove(qs, kv.key)
+              end
             end
           end
           qs.w = nil
