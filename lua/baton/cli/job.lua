@@ -599,7 +599,13 @@ function sub.logs(pos, opts)
       local mine = {}
       for _, ev in ipairs(evs) do
         local a = ev.type == "put" and output.parse_key(P, name, id, ev.kv.key)
-        if a and a > attempt then switch(a) end
+        if a and a > attempt then
+          -- (its first chunk came before its record, on the other watch:
+          -- the record, written with its claim, says which node runs it)
+          local g = e:get(kv.key)
+          local grec = g and g.kvs[1] and U.decode_object(g.kvs[1].value) or {}
+          switch(a, tonumber(U.field(grec, "attempt")) == a and U.field(grec, "node") or nil)
+        end
         if a == attempt then mine[#mine + 1] = ev.kv end
       end
       if #mine > 0 then show(mine) end
