@@ -5,6 +5,7 @@
 --   local b = batch.new(e)        -- e: the node's etcd client
 --   local r, err, code = b:txn(t) -- as e:txn(t), same answer
 --   b:txn(t, 0.01)                -- the same, but t may wait 10 ms for company
+--   b:txn(t, nil, reg)            -- t holds a register write: see below
 --
 -- Why this keeps every guarantee of the transactions it carries: etcd
 -- evaluates each nested transaction's compares by itself, so one member's
@@ -27,6 +28,18 @@
 -- members and as many operations as etcd takes in one transaction
 -- (--max-txn-ops, 128 by default, counted as etcd counts them: see
 -- footprint), and about MAX_BYTES.
+--
+-- A register write (reg = {op =, key =, order =}) is an operation of t
+-- (op, one of its success operations) that writes key only to raise it:
+-- its own compare makes it do nothing when key holds an order as great
+-- (P last/<job>: the newest run). Members whose only common key is the
+-- same register may share a request, and of their register writes only
+-- the one with the greatest order goes (the others' become empty
+-- transactions): etcd refuses two writes of one key in one request, and
+-- the one that goes leaves the key as all of them would have. (Should
+-- that member's own compares fail, the register keeps its older value
+-- until the next write: such a key says what is newest, it guards
+-- nothing.) So many runs of one job, a queue's tasks, share requests.
 --
 -- Errors: when the request fails, every member gets its error, exactly as
 -- if it had made the request itself (its caller's recovery for a lost
@@ -90,34 +103,37 @@ local function footprint(t)
 end
 
 -- sent (optional): called with the number of transactions of each request.
+-- (fw, fr, freg: the keys the batches on their way write, read and write
+-- as registers, counted)
 function M.new(e, sent)
-  -- (fw, fr: the keys the batches on their way write and read, counted)
   return setmetatable({ e = e, sent = sent or function() end, queue = {}, inflight = 0,
-                        fw = {}, fr = {} }, B)
+                        fw = {}, fr = {}, freg = {} }, B)
 end
 
--- Whether member m clashes with what writes the keys of w and reads
--- those of r: it writes one of either, or reads one of w.
-local function clash(m, w, r)
+-- Whether member m clashes with what writes the keys of w, reads those of
+-- r and writes those of reg as registers: it writes one of w or r, reads
+-- one of w, touches one of reg other than as a register, or writes its
+-- register where the others touch that key otherwise.
+local function clash(m, w, r, reg)
   for k in pairs(m.fp.w) do
-    if w[k] or r[k] then return true end
+    if w[k] or r[k] or reg[k] then return true end
   end
   for k in pairs(m.fp.r) do
-    if w[k] then return true end
+    if w[k] or reg[k] then return true end
   end
-  return false
+  local g = m.fp.reg
+  return g ~= nil and (w[g] ~= nil or r[g] ~= nil)
 end
 
--- Counts m's keys in w and r n more times (n = -1: once less).
-local function add_keys(m, w, r, n)
-  for k in pairs(m.fp.w) do
-    local c = (w[k] or 0) + n
-    w[k] = c > 0 and c or nil
+-- Counts m's keys in w, r and reg n more times (n = -1: once less).
+local function add_keys(m, w, r, reg, n)
+  local function count(set, k)
+    local c = (set[k] or 0) + n
+    set[k] = c > 0 and c or nil
   end
-  for k in pairs(m.fp.r) do
-    local c = (r[k] or 0) + n
-    r[k] = c > 0 and c or nil
-  end
+  for k in pairs(m.fp.w) do count(w, k) end
+  for k in pairs(m.fp.r) do count(r, k) end
+  if m.fp.reg then count(reg, m.fp.reg) end
 end
 
 -- Takes the next batch off the queue, in order. A member stays for a
@@ -126,23 +142,23 @@ end
 -- reach etcd in the order they came, as they would one request each.
 local function take(self)
   local q, batch, rest = self.queue, {}, {}
-  local bw, br, need, bytes = {}, {}, 0, 0
-  local sw, sr, blocked = {}, {}, self.solo_flying -- (what stays; nothing goes after a range)
+  local bw, br, breg, need, bytes = {}, {}, {}, 0, 0
+  local sw, sr, sreg, blocked = {}, {}, {}, self.solo_flying -- (what stays; nothing goes after a range)
   for i = 1, #q do
     local m = q[i]
-    local ok = not blocked and not clash(m, self.fw, self.fr) and not clash(m, sw, sr)
+    local ok = not blocked and not clash(m, self.fw, self.fr, self.freg) and not clash(m, sw, sr, sreg)
       and (#batch == 0 and (not m.fp.solo or self.inflight == 0)
            or (#batch < M.MAX and not m.fp.solo and not batch[1].fp.solo
                and math.max(need, m.fp.need) + #batch + 1 <= M.MAX_TXN_OPS
-               and bytes + m.fp.bytes <= M.MAX_BYTES and not clash(m, bw, br)))
+               and bytes + m.fp.bytes <= M.MAX_BYTES and not clash(m, bw, br, breg)))
     if ok then
       batch[#batch + 1] = m
-      add_keys(m, bw, br, 1)
+      add_keys(m, bw, br, breg, 1)
       if m.fp.need > need then need = m.fp.need end
       bytes = bytes + m.fp.bytes
     else
       rest[#rest + 1] = m
-      add_keys(m, sw, sr, 1)
+      add_keys(m, sw, sr, sreg, 1)
       if m.fp.solo then blocked = true end
     end
   end
@@ -162,8 +178,22 @@ local function send(self, batch)
     local m = batch[1]
     return answer(m, self.e:txn(m.t))
   end
+  -- Of the register writes of one key, the one of the greatest order goes.
+  local top = {}
+  for _, m in ipairs(batch) do
+    local g = m.reg
+    if g and (not top[g.key] or top[g.key].order < g.order) then top[g.key] = g end
+  end
   local ops = {}
-  for i, m in ipairs(batch) do ops[i] = { txn = m.t } end
+  for i, m in ipairs(batch) do
+    local t = m.t
+    if m.reg and top[m.reg.key] ~= m.reg then
+      local success = {}
+      for k, op in ipairs(t.success) do success[k] = op == m.reg.op and { txn = {} } or op end
+      t = { compare = t.compare, success = success, failure = t.failure }
+    end
+    ops[i] = { txn = t }
+  end
   local r, err, code = self.e:txn { success = ops }
   if not r and (code == "EINVAL" or code == "ETOOLARGE") then
     -- Refused as a whole, nothing applied: each by itself.
@@ -214,12 +244,12 @@ function pump(self)
     self.inflight = self.inflight + 1
     local solo = batch[1].fp.solo
     if solo then self.solo_flying = true end
-    for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, 1) end
+    for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, self.freg, 1) end
     baton.go(function()
       local ok, perr = pcall(send, self, batch)
       self.inflight = self.inflight - 1
       if solo then self.solo_flying = false end
-      for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, -1) end
+      for _, m in ipairs(batch) do add_keys(m, self.fw, self.fr, self.freg, -1) end
       if not ok then
         for _, m in ipairs(batch) do
           if not m.done then answer(m, nil, "EUNKNOWN: " .. tostring(perr), "EUNKNOWN") end
@@ -231,9 +261,14 @@ function pump(self)
 end
 
 -- As e:txn(t), in the next batch; linger: seconds t may wait for others
--- (default 0).
-function B:txn(t, linger)
-  local m = { t = t, fp = footprint(t), cond = baton._cond(), due = monotime() + (linger or 0) }
+-- (default 0); reg: its register write, if any (see the top).
+function B:txn(t, linger, reg)
+  local m = { t = t, fp = footprint(t), cond = baton._cond(), due = monotime() + (linger or 0),
+              reg = reg }
+  if reg then
+    -- (its key is the register's alone: see clash)
+    m.fp.w[reg.key], m.fp.r[reg.key], m.fp.reg = nil, nil, reg.key
+  end
   self.queue[#self.queue + 1] = m
   -- (from a coroutine of its own: the members that come in this same turn
   -- of the loop are queued before it takes the batch)

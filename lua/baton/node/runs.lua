@@ -231,7 +231,8 @@ function M.claim(self, run, opts)
   -- hand comes back when the job is put again.)
   local j = self.jobs and self.jobs[run.job]
   local last_known = j and j.last_known
-  success[#success + 1] = M.last_op(P, run.job, run.id, rec, last_known)
+  local last = M.last_op(P, run.job, run.id, rec, last_known)
+  success[#success + 1] = last
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
   local failure, skip = {}, nil
@@ -261,12 +262,13 @@ function M.claim(self, run, opts)
         started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
         shard = rec.shard, params = rec.params, event = run.event,
         error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
-      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } },
-                         M.last_op(P, run.job, run.id, skipped, last_known) }
+      local skip_last = M.last_op(P, run.job, run.id, skipped, last_known)
+      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } }, skip_last }
       for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
       events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
                  skipped, skip_ops)
-      skip = { compare = skip_cmp, success = skip_ops, failure = there }
+      skip = { compare = skip_cmp, success = skip_ops, failure = there,
+               reg = M.last_register(P, run.job, run.id, skip_last) }
     end
   end
   -- Whether a failed claim (or skip) r found a run of the job on and this
@@ -280,7 +282,8 @@ function M.claim(self, run, opts)
     r = nil
     for try = 1, 3 do
       -- (with the claims of other runs due now: node/batch.lua)
-      r, err = self.batch:txn { compare = compare, success = success, failure = failure }
+      r, err = self.batch:txn({ compare = compare, success = success, failure = failure }, nil,
+                              M.last_register(P, run.job, run.id, last))
       if r then break end
       -- The answer was lost: the transaction may have been applied.
       local kv = claimed_by(self, s, k, token)
@@ -295,7 +298,8 @@ function M.claim(self, run, opts)
     end
     if not r then return nil end
     if r.succeeded or not skip or not on_and_unclaimed(r) or not M.live(self, s) then break end
-    local sr = self.batch:txn(skip)
+    local sr = self.batch:txn({ compare = skip.compare, success = skip.success, failure = skip.failure },
+                              nil, skip.reg)
     if sr and sr.succeeded then
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
       self.metrics:skip(run.job, "concurrency")
@@ -350,11 +354,19 @@ function M.final_ops(P, run, ops, rec)
     compare = { { key = k.active, target = "value", op = "==", value = run.id } },
     success = { { delete = { key = k.active } } } } }
   if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
+  local last
   if rec then
-    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec, run.last_known)
+    last = M.last_op(P, run.job, run.id, rec, run.last_known)
+    ops[#ops + 1] = last
     events.add(P, run, rec, ops)
   end
-  return ops
+  return ops, last
+end
+
+-- The register write (node/batch.lua) that op, a M.last_op of run id of
+-- job, is: P last/<job> only ever moves to a newer run.
+function M.last_register(P, job, id, op)
+  return op and { op = op, key = P .. "last/" .. job, order = id }
 end
 
 -- How long the end of a run may wait for the ends (or claims) of others
@@ -376,21 +388,23 @@ function M.record_end(e, P, run, fence, rec, opts)
     attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
     started = rec.started, finished = rec.finished, error = rec.error, fence = fence }
   rec.mod_revision, rec.token = nil, nil
-  local ops = { { put = { key = k.run } }, { delete = { key = k.marker } } }
+  local ops, last = { { put = { key = k.run } }, { delete = { key = k.marker } } }, nil
   if rec.retry_at then
     rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
       at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
-    ops[#ops + 1] = M.last_op(P, run.job, run.id, rec, run.last_known)
+    last = M.last_op(P, run.job, run.id, rec, run.last_known)
+    ops[#ops + 1] = last
   else
-    M.final_ops(P, run, ops, rec)
+    _, last = M.final_ops(P, run, ops, rec)
   end
+  local reg = M.last_register(P, run.job, run.id, last)
   ops[1].put.value = json.encode(rec)
   local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
   if opts.alive then compare[2] = opts.alive end
   for _ = 1, 5 do
     if opts.still_ok and not opts.still_ok() then return nil end
-    local r = e:txn({ compare = compare, success = ops }, opts.linger)
+    local r = e:txn({ compare = compare, success = ops }, opts.linger, reg)
     if r and r.succeeded then return r.revision end
     -- The answer was lost, or the compare failed: see whether this end is
     -- written (the marker of this fence is gone and the record's last
