@@ -146,6 +146,12 @@ local function take(self)
   local sw, sr, sreg, blocked = {}, {}, {}, self.solo_flying -- (what stays; nothing goes after a range)
   for i = 1, #q do
     local m = q[i]
+    if #batch == M.MAX or i > 4 * M.MAX then
+      -- (the batch is full, or enough was looked at: the rest stays, in
+      -- order, and a long queue costs no more to look at than a short one)
+      for j = i, #q do rest[#rest + 1] = q[j] end
+      break
+    end
     local ok = not blocked and not clash(m, self.fw, self.fr, self.freg) and not clash(m, sw, sr, sreg)
       and (#batch == 0 and (not m.fp.solo or self.inflight == 0)
            or (#batch < M.MAX and not m.fp.solo and not batch[1].fp.solo

@@ -350,9 +350,14 @@ function M.final_ops(P, run, ops, rec)
   ops[#ops + 1] = { delete = { key = k.inflight } }
   ops[#ops + 1] = { delete = { key = k.cancel } }
   ops[#ops + 1] = { delete = { key = k.pending } }
-  ops[#ops + 1] = { txn = {
-    compare = { { key = k.active, target = "value", op = "==", value = run.id } },
-    success = { { delete = { key = k.active } } } } }
+  if not rec or rec.exclusive then
+    -- (only a run claimed as exclusive can hold it; the others leave the
+    -- key out, so that the ends of one job's runs do not all touch it, and
+    -- can share a request: node/batch.lua)
+    ops[#ops + 1] = { txn = {
+      compare = { { key = k.active, target = "value", op = "==", value = run.id } },
+      success = { { delete = { key = k.active } } } } }
+  end
   if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
   local last
   if rec then
