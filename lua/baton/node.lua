@@ -106,12 +106,15 @@ end
 ---------------------------------------------------------------------------
 -- instants and manual runs
 
--- The plain data a policy gets for a job.
+-- The plain data a policy gets for a job. (Its retry table is a copy: the
+-- spec's may be the one all jobs without a retry share, job.lua.)
 local function job_view(name, spec)
+  local r = spec.retry
   return { name = name, labels = spec.labels, policy = spec.policy, schedule = spec.schedule,
            queue = spec.queue, timezone = spec.timezone, timeout = spec.timeout,
-           concurrency = spec.concurrency, retry = spec.retry, shards = spec.shards,
-           on_node_loss = spec.on_node_loss }
+           concurrency = spec.concurrency, shards = spec.shards, on_node_loss = spec.on_node_loss,
+           retry = { attempts = r.attempts, backoff = r.backoff, max_backoff = r.max_backoff,
+                     jitter = r.jitter } }
 end
 
 -- Seconds this node waits before trying to claim key (nil: never), from
