@@ -369,6 +369,7 @@ local function apply_job(self, name, source, rev)
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
   events.note(self, name, spec)
+  leader.job_changed(self, name)
   if listing and not cur then
     listing.loaded = listing.loaded + 1
   else
@@ -545,7 +546,16 @@ local function on_event(self, ev)
     if ev.type == "put" then apply_policy(self, name, ev.kv.value, ev.kv.mod_revision)
     else remove_policy(self, name) end
   elseif key:sub(1, #P + 8) == P .. "trigger/" then
-    if ev.type == "put" then self.go(on_trigger, self, key, ev.kv.value) end
+    if ev.type == "put" then
+      self.go(on_trigger, self, key, ev.kv.value)
+      -- (a run by hand: a new record, which the leader's next history
+      -- pruning counts, node/leader.lua)
+      local job = self.leader and key:sub(#P + 9):match("^([^/]+)/")
+      if job then
+        self.prune_dirty = self.prune_dirty or {}
+        self.prune_dirty[job] = true
+      end
+    end
   elseif key:sub(1, #P + 8) == P .. "pending/" then
     if ev.type == "put" then self.go(on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
   elseif key:sub(1, #P + 7) == P .. "cancel/" then
