@@ -487,6 +487,16 @@ local function list_all(self)
   while true do
     self.listing.pages = self.listing.pages + 1
     local kvs = page.kvs
+    -- The next page is read while this one is compiled (etcd works on one
+    -- core while the node works on the other).
+    local nxt
+    if page.more and #kvs > 0 then
+      self.go(function()
+        local p2, e2, c2 = e:get(kvs[#kvs].key .. "\0", { range_end = jobs_end,
+          limit = M.LIST_PAGE, revision = rev_of_listing })
+        nxt = { p2, e2, c2 }
+      end)
+    end
     for i = 1, #kvs do
       local kv = kvs[i]
       local name = kv.key:sub(#P + 6)
@@ -495,8 +505,8 @@ local function list_all(self)
     end
     flush_status(self)
     if not page.more or #kvs == 0 then break end
-    page, err, code = e:get(kvs[#kvs].key .. "\0", { range_end = jobs_end, limit = M.LIST_PAGE,
-                                                    revision = rev_of_listing })
+    while not nxt do baton.sleep(0.002) end
+    page, err, code = nxt[1], nxt[2], nxt[3]
     if not page then
       flush_status(self, true)
       self.status_batch, self.listing = nil, nil

@@ -553,6 +553,9 @@ function M.run(self)
   for _ in pairs(self.mf_todo or {}) do left = left + 1 end
   log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
     unseeded = left, seconds = math.floor((baton.monotime() - t0) * 1000) / 1000 })
+  -- (with thousands of jobs its responses were tens of MB: hand them back,
+  -- as after a listing)
+  if njobs >= 1000 then baton._release_memory() end
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: scan within 0.2 s
   -- of a deletion (one scan for any number of them; most are runs that
