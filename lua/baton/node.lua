@@ -288,7 +288,7 @@ end
 -- The job store is listed in pages of LIST_PAGE keys, all read at the
 -- revision of the first, so that a store of 100,000 jobs never sits in
 -- memory as one response (tens of MB of JSON and base64, and their decoded
--- copies); each page is applied before the next is read.
+-- copies): only the page being applied and the one being read are.
 M.LIST_PAGE = 1000
 -- Status writes in flight at once while a listing writes them (each a
 -- transaction of STATUS_TXN puts, etcd's default --max-txn-ops): the next
@@ -452,10 +452,12 @@ end
 -- meanwhile) fails the listing, and follow() lists again from the start:
 -- the pages applied so far are from the same revision, so nothing is
 -- applied out of order, and what the next listing finds unchanged costs
--- nothing (apply_job skips a revision it has). Returns the revision.
+-- nothing (apply_job skips a revision it has). Returns the revision. (It
+-- runs at the node's usual GC pause: a page's garbage is small, and a
+-- pause of 100 while the heap grows by every job made the collector go
+-- over it again and again: 100,000 jobs, 7.3 s of CPU instead of 6.0.)
 local function list_all(self)
   local P, e = self.P, self.e
-  local pause = collectgarbage("setpause", 100)
   local jobs_end = require("baton.etcd").prefix_end(P .. "jobs/")
   local r, err, code = e:txn { success = {
     { get = { key = P .. "jobs/", range_end = jobs_end, limit = M.LIST_PAGE } },
@@ -465,7 +467,7 @@ local function list_all(self)
     { get = { key = P .. "policies/", prefix = true } },
     { get = { key = P .. "pending/", prefix = true } },
   } }
-  if not r then collectgarbage("setpause", pause); return nil, err, code end
+  if not r then return nil, err, code end
   local rev_of_listing = r.revision
   -- Policies first: the jobs' first decisions use them.
   local pseen = {}
@@ -510,7 +512,6 @@ local function list_all(self)
     if not page then
       flush_status(self, true)
       self.status_batch, self.listing = nil, nil
-      collectgarbage("setpause", pause)
       return nil, err, code
     end
   end
@@ -538,7 +539,6 @@ local function list_all(self)
   -- loaded a large store starts small.
   r, others, page = nil, nil, nil
   baton._release_memory()
-  collectgarbage("setpause", pause)
   self.listed = true
   return rev_of_listing
 end
