@@ -293,7 +293,7 @@ M.LIST_PAGE = 1000
 -- Status writes in flight at once while a listing writes them (each a
 -- transaction of STATUS_TXN puts, etcd's default --max-txn-ops): the next
 -- page is read and compiled while etcd applies the previous one's.
-M.STATUS_TXN, M.STATUS_INFLIGHT = 128, 4
+M.STATUS_TXN, M.STATUS_INFLIGHT = 128, 8
 
 -- Sends the gathered status operations (self.status_batch) in
 -- transactions of STATUS_TXN, at most STATUS_INFLIGHT at once; with wait,
