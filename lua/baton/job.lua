@@ -23,6 +23,7 @@ local loadstring, setfenv = loadstring, setfenv
 local jit = rawget(_G, "jit")
 
 local M = {}
+local building_mt, finish -- (below: a spec without its defaults)
 
 -- Instructions a chunk may execute at load time (baton.sandbox counts
 -- them). A job file only builds and returns a table; 10 million VM
@@ -43,6 +44,10 @@ local DEFAULTS = {
 M.DEFAULTS = DEFAULTS
 local RETRY_DEFAULTS = { attempts = 0, backoff = 10, max_backoff = 300, jitter = 0.2 }
 M.RETRY_DEFAULTS = RETRY_DEFAULTS
+-- The retry table of every job that gives none: one table for all of them
+-- (SPEC_DEFAULTS below). Nothing may change it; policies get a copy
+-- (node.lua, job_view).
+local DEFAULT_RETRY = { attempts = 0, backoff = 10, max_backoff = 300, jitter = 0.2 }
 
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
@@ -362,17 +367,36 @@ local function string_map(v, name, what, value_is, name_pattern)
   return out
 end
 
+-- Cron objects are immutable: jobs with the same schedule and zone share
+-- one (kept while a job holds it).
+local crons = setmetatable({}, { __mode = "v" })
+-- Returns true, the cron, or false, baton.cron's message.
+local function cron_of(expr, tz)
+  local key = expr .. "\0" .. tz
+  local c = crons[key]
+  if c then return true, c end
+  local ok, res = pcall(baton.cron, expr, tz)
+  if ok then crons[key] = res end
+  return ok, res
+end
+
+local KNOWN = {}
+for _, f in ipairs(FIELDS) do KNOWN[f] = true end
+
 local function validate(t, name)
-  local known = {}
-  for _, f in ipairs(FIELDS) do known[f] = true end
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  for _, k in ipairs(keys) do
-    if not known[k] then return nil, unknown_field("the table", k, FIELDS, ALIASES) end
+  -- (the keys are sorted only to name the first unknown one)
+  local unknown = false
+  for k in pairs(t) do if not KNOWN[k] then unknown = true end end
+  if unknown then
+    local keys = {}
+    for k in pairs(t) do keys[#keys + 1] = k end
+    sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      if not KNOWN[k] then return nil, unknown_field("the table", k, FIELDS, ALIASES) end
+    end
   end
 
-  local spec = { name = name }
+  local spec = setmetatable({ name = name }, building_mt)
 
   -- run
   if t.run == nil then
@@ -414,7 +438,7 @@ local function validate(t, name)
   if t.schedule ~= nil then
     local e = want_type(t.schedule, "string")
     if e then return field("schedule", e) end
-    local ok, c = pcall(baton.cron, t.schedule, tz)
+    local ok, c = cron_of(t.schedule, tz)
     if not ok then return field("schedule", tostring(c)) end
     spec.schedule, spec.cron = t.schedule, c
     spec.manual = t.schedule:lower():find("^%s*@manual%s*$") ~= nil
@@ -465,9 +489,10 @@ local function validate(t, name)
   end
 
   -- retry
-  local r = {}
-  for k, v in pairs(RETRY_DEFAULTS) do r[k] = v end
+  local r = DEFAULT_RETRY
   if t.retry ~= nil then
+    r = {}
+    for k, v in pairs(RETRY_DEFAULTS) do r[k] = v end
     local e = want_type(t.retry, "table")
     if e then return field("retry", e) end
     local rk = {}
@@ -601,6 +626,28 @@ local function validate(t, name)
   return spec
 end
 
+-- A spec holds only the fields that differ from SPEC_DEFAULTS, which it
+-- reads through its metatable: most jobs keep most defaults, and a table
+-- of 7 fields instead of 17 is a third of the size (100,000 jobs: about 60
+-- MB less). Reading a field is unchanged; pairs() over a spec sees only
+-- what the job set (nothing iterates a spec: job.summary and job_view read
+-- fields by name).
+local SPEC_DEFAULTS = {
+  timezone = DEFAULTS.timezone, timeout = DEFAULTS.timeout, concurrency = DEFAULTS.concurrency,
+  misfire = DEFAULTS.misfire, shards = DEFAULTS.shards, policy = DEFAULTS.policy,
+  on_node_loss = DEFAULTS.on_node_loss, manual = false, labels = NONE, params = NONE,
+  retry = DEFAULT_RETRY,
+}
+local spec_mt = { __index = SPEC_DEFAULTS }
+-- While validate fills a spec, a default is not stored at all.
+building_mt = { __index = SPEC_DEFAULTS, __newindex = function(t, k, v)
+  if SPEC_DEFAULTS[k] ~= v then rawset(t, k, v) end
+end }
+
+finish = function(spec)
+  return setmetatable(spec, spec_mt)
+end
+
 ---------------------------------------------------------------------------
 -- the API
 
@@ -650,7 +697,7 @@ function M.load(source, name, revision, chunkname)
   if not spec then return fail(name, verr) end
   spec.revision = revision
   spec.env = env
-  return spec
+  return finish(spec)
 end
 
 -- True if the table a file returns looks like a scheduling policy (one of

@@ -308,7 +308,35 @@ do
   T.ok(x == nil and y == nil and z == nil, "getfenv, setfenv and debug are not visible to jobs")
 end
 
--- 7. misc
+-- 7. what a spec holds (issue 13: 100,000 jobs on one node): only what
+-- differs from the defaults; the defaults read through; jobs without a
+-- retry share one table, jobs with one schedule and zone one cron
+do
+  local a = assert(job.load("return { schedule = '0 0 1 1 *', timeout = 60, run = function() end }", "a", 7))
+  local b = assert(job.load("return { schedule = '0 0 1 1 *', run = function() end }", "b", 8))
+  local own = {}
+  for k in pairs(a) do own[#own + 1] = k end
+  table.sort(own)
+  T.is(table.concat(own, " "), "cron env name revision run schedule timeout",
+       "a spec stores only the fields the job set (and its compiled parts)")
+  T.is(a.timezone .. " " .. a.concurrency .. " " .. a.misfire .. " " .. a.shards .. " " .. a.policy
+       .. " " .. a.on_node_loss .. " " .. tostring(a.manual),
+       "UTC forbid run_once 1 default rerun false", "the defaults read through")
+  T.is(a.retry.attempts .. " " .. a.retry.backoff .. " " .. a.retry.max_backoff .. " " .. a.retry.jitter,
+       "0 10 300 0.2", "the default retry reads through")
+  T.ok(a.retry == b.retry, "jobs without a retry share one retry table")
+  T.ok(a.cron == b.cron, "jobs with the same schedule and zone share one cron")
+  local c = assert(job.load("return { schedule = '0 0 1 1 *', timezone = 'Asia/Tokyo', retry = { attempts = 2 }, run = function() end }", "c"))
+  T.ok(c.cron ~= a.cron and c.retry ~= a.retry and c.retry.attempts == 2 and c.retry.backoff == 10,
+       "a job's own zone and retry are its own")
+  local d = job.summary(b)
+  T.is(d.timezone .. " " .. d.concurrency .. " " .. d.retry.attempts, "UTC forbid 0", "summary shows the defaults")
+  T.ok(baton.json.encode(d):find('"concurrency":"forbid"', 1, true), "and encodes them")
+  local ev = assert(job.load("return { on = { failed = { 'x' } }, run = function() end }", "ev"))
+  T.is(ev.concurrency, "allow", "an event job's own default (allow) is stored")
+end
+
+-- 8. misc
 T.ok(job.valid_name("db-backup.v2_x"), "valid_name accepts letters, digits, - . _")
 T.ok(not job.valid_name(".hidden"), "valid_name refuses a leading dot")
 T.ok(not job.valid_name("a/b"), "valid_name refuses a slash")

@@ -78,7 +78,13 @@ local function source(run)
   end
   if sources[ck] then return sources[ck] end
   local key = util.prefix() .. "jobs/" .. run.job
-  local r, err = baton.etcd:get(key, { revision = run.code_revision })
+  local r, err, code = baton.etcd:get(key, { revision = run.code_revision })
+  if not r and code == "ECOMPACTED" then
+    -- A compaction past the revision keeps the key's value if it is still
+    -- the current one (a job unchanged since is the usual case): read that.
+    local cur = baton.etcd:get(key)
+    if cur and cur.kvs[1] and cur.kvs[1].mod_revision == run.code_revision then r = cur end
+  end
   local kv = r and r.kvs[1]
   if not kv then
     return nil, "cannot read the job source at revision " .. tostring(run.code_revision)

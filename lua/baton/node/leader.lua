@@ -147,47 +147,67 @@ end
 -- leader died before it checked them) is found too. A batch whose read
 -- fails stays unseeded and is read again at the next check, so no outage
 -- is forgotten.
-local function seed_marks(self)
-  local P, e, now = self.P, self.e, self.now()
-  self.marks = self.marks or {}
-  local names = {}
-  for name, j in pairs(self.jobs) do
-    if not self.marks[name] and not j.spec.manual and not j.spec.queue then names[#names + 1] = name end
+-- names: the jobs to seed; returns the names whose read failed. Up to
+-- SEED_INFLIGHT transactions are in flight at once (a term's first check
+-- at 100,000 jobs is 1,563 of them, and etcd serves reads in parallel).
+M.SEED_INFLIGHT = 4
+
+local function seed_batch(self, batch, now, failed)
+  local P, ops, jobs = self.P, {}, {}
+  for k, name in ipairs(batch) do
+    -- From the newest record from before this node loaded the job, or
+    -- else from when it loaded it: an earlier leader may have died before
+    -- it looked at what came since, and this node's own timer firing is
+    -- no proof that a run started (it may not be eligible). But not
+    -- before the oldest record kept: history pruning deleted the ones
+    -- before it, and their instants are not misfires.
+    local j = self.jobs[name]
+    jobs[k] = j
+    local base = P .. "runs/" .. name .. "/"
+    local loaded = j and j.loaded_at or now
+    local shards = j and j.spec.shards or 1
+    ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
+                              order = "desc", limit = shards > 1 and 2 * shards or 1 } }
+    ops[#ops + 1] = { get = { key = base, prefix = true, sort = "key", order = "asc", limit = 1 } }
   end
+  local r = self.e:txn { success = ops }
+  if not r then
+    for _, name in ipairs(batch) do failed[#failed + 1] = name end
+    return
+  end
+  for k, name in ipairs(batch) do
+    local kvs, from = r.responses[2 * k - 1].kvs, nil
+    for _, kv in ipairs(kvs) do
+      local f = M.last_fire(kv)
+      if f and (not from or f < from) then from = f end
+    end
+    if from and #kvs > 1 then from = from - 0.001 end
+    from = from or jobs[k] and jobs[k].loaded_at or now
+    local oldest = r.responses[2 * k].kvs[1]
+    local floor = oldest and M.last_fire(oldest)
+    if floor and floor - 0.001 > from then from = floor - 0.001 end
+    self.marks[name] = from
+  end
+end
+
+local function seed_marks(self, names)
+  local now, failed, inflight = self.now(), {}, 0
   for i = 1, #names, 64 do
-    local ops, batch = {}, {}
-    for k = i, math.min(i + 63, #names) do
-      local name = names[k]
-      batch[#batch + 1] = name
-      -- From the newest record from before this node loaded the job, or
-      -- else from when it loaded it: an earlier leader may have died before
-      -- it looked at what came since, and this node's own timer firing is
-      -- no proof that a run started (it may not be eligible). But not
-      -- before the oldest record kept: history pruning deleted the ones
-      -- before it, and their instants are not misfires.
-      local base = P .. "runs/" .. name .. "/"
-      local loaded = self.jobs[name].loaded_at or now
-      local shards = self.jobs[name].spec.shards or 1
-      ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
-                                order = "desc", limit = shards > 1 and 2 * shards or 1 } }
-      ops[#ops + 1] = { get = { key = base, prefix = true, sort = "key", order = "asc", limit = 1 } }
-    end
-    local r = e:txn { success = ops }
-    if not r then return end
-    for k, name in ipairs(batch) do
-      local kvs, from = r.responses[2 * k - 1].kvs, nil
-      for _, kv in ipairs(kvs) do
-        local f = M.last_fire(kv)
-        if f and (not from or f < from) then from = f end
+    local batch = {}
+    for k = i, math.min(i + 63, #names) do batch[#batch + 1] = names[k] end
+    while inflight >= M.SEED_INFLIGHT do baton.sleep(0.002) end
+    inflight = inflight + 1
+    self.go(function()
+      local ok, err = pcall(seed_batch, self, batch, now, failed)
+      inflight = inflight - 1
+      if not ok then
+        for _, name in ipairs(batch) do failed[#failed + 1] = name end -- (next check)
+        error(err, 0)
       end
-      if from and #kvs > 1 then from = from - 0.001 end
-      from = from or self.jobs[name].loaded_at or now
-      local oldest = r.responses[2 * k].kvs[1]
-      local floor = oldest and M.last_fire(oldest)
-      if floor and floor - 0.001 > from then from = floor - 0.001 end
-      self.marks[name] = from
-    end
+    end)
   end
+  while inflight > 0 do baton.sleep(0.002) end
+  return failed
 end
 
 -- Up to where instants without a record count as missed: instants more
@@ -208,11 +228,8 @@ end
 -- Returns {name, j, from, cand} when there is something to look at.
 local function misfire_plan(self, name, j, now, horizon)
   local spec = j.spec
-  if spec.manual or spec.queue or j.paused then return end
-  self.marks = self.marks or {}
   local from = self.marks[name]
-  if not from then return end -- not seeded yet (its read failed): next check
-  if horizon <= from then return end
+  if not from or horizon <= from then return end
   local cand, t = {}, from
   while #cand < 1000 do
     t = spec.cron:next(t)
@@ -224,16 +241,113 @@ local function misfire_plan(self, name, j, now, horizon)
   return { name = name, j = j, from = from, cand = cand }
 end
 
+-- The misfire queue: a min-heap, in three parallel arrays, of (the next
+-- instant after a job's mark, job name, job revision), so that a check
+-- looks only at the jobs with an instant up to its horizon, not at every
+-- job: a node with 100,000 jobs due once a year does nothing for them
+-- between their instants. A job enters it when the leader first sees its
+-- version (M.job_changed, and every job when a term starts); an entry
+-- whose job was replaced or removed is dropped when it comes up
+-- (self.mf_queued[name] names the revision of the one live entry).
+local function mf_push(q, due, name, rev)
+  local i = q.n + 1
+  q.n = i
+  local d, nm, rv = q.due, q.name, q.rev
+  while i > 1 do
+    local p = (i - i % 2) / 2
+    if d[p] <= due then break end
+    d[i], nm[i], rv[i] = d[p], nm[p], rv[p]
+    i = p
+  end
+  d[i], nm[i], rv[i] = due, name, rev
+end
+
+local function mf_pop(q)
+  local d, nm, rv, n = q.due, q.name, q.rev, q.n
+  local due, name, rev = d[1], nm[1], rv[1]
+  local ld, ln, lr = d[n], nm[n], rv[n]
+  d[n], nm[n], rv[n] = nil, nil, nil
+  n = n - 1
+  q.n = n
+  if n > 0 then
+    local i = 1
+    while true do
+      local c = 2 * i
+      if c > n then break end
+      if c < n and d[c + 1] < d[c] then c = c + 1 end
+      if ld <= d[c] then break end
+      d[i], nm[i], rv[i] = d[c], nm[c], rv[c]
+      i = c
+    end
+    d[i], nm[i], rv[i] = ld, ln, lr
+  end
+  return due, name, rev
+end
+
+-- Queues job name (version j) at its next instant after its mark.
+local function mf_queue(self, name, j)
+  local rev = j.spec.revision or 0
+  if self.mf_queued[name] == rev then return end
+  local due = j.spec.cron:next(self.marks[name])
+  if not due then self.mf_queued[name] = nil; return end
+  self.mf_queued[name] = rev
+  mf_push(self.mfq, due, name, rev)
+end
+
+-- A job version was loaded (node.lua, on the leader): the next misfire
+-- check queues it (and seeds its mark first if it has none).
+function M.job_changed(self, name)
+  if self.leader and self.mf_todo then self.mf_todo[name] = true end
+end
+
+-- A new term: every job is looked at once.
+local function mf_start(self)
+  self.marks = self.marks or {}
+  self.mfq = { n = 0, due = {}, name = {}, rev = {} }
+  self.mf_queued, self.mf_todo = {}, {}
+  for name in pairs(self.jobs) do self.mf_todo[name] = true end
+end
+
 -- Records instants of a job that nobody started, per its misfire policy.
 -- The leader checks every job every few seconds, reading the run records of
 -- 128 jobs per transaction, so an instant with no record is never missed
 -- silently and a store of thousands of jobs costs tens of requests.
 function M.misfires(self)
   if not runs.live(self) then return end
-  seed_marks(self)
-  local P, e, now = self.P, self.e, self.now()
-  local plans, horizon = {}, misfire_horizon(self, now)
-  for name, j in pairs(self.jobs) do plans[#plans + 1] = misfire_plan(self, name, j, now, horizon) end
+  if not self.mfq then mf_start(self) end
+  local P, e = self.P, self.e
+  -- Versions new since the last check: seed the marks they lack, queue them.
+  local todo, seeds = self.mf_todo, {}
+  self.mf_todo = {}
+  for name in pairs(todo) do
+    local j = self.jobs[name]
+    if j and not j.spec.manual and not j.spec.queue then
+      if self.marks[name] then mf_queue(self, name, j) else seeds[#seeds + 1] = name end
+    end
+  end
+  for _, name in ipairs(seed_marks(self, seeds)) do self.mf_todo[name] = true end -- (read failed: next check)
+  for _, name in ipairs(seeds) do
+    local j = self.jobs[name]
+    if j and self.marks[name] then mf_queue(self, name, j) end
+  end
+  local now = self.now()
+  local plans, horizon, popped = {}, misfire_horizon(self, now), {}
+  local q = self.mfq
+  while q.n > 0 and q.due[1] <= horizon do
+    local _, name, rev = mf_pop(q)
+    if self.mf_queued[name] == rev then
+      self.mf_queued[name] = nil
+      local j = self.jobs[name]
+      if j and j.spec.revision == rev then
+        popped[#popped + 1] = name
+        -- (a paused job's instants wait: it stays queued at the same one)
+        if not j.paused then plans[#plans + 1] = misfire_plan(self, name, j, now, horizon) end
+      end
+    end
+  end
+  -- (jobs with instants since the last check may have new records to prune)
+  self.prune_dirty = self.prune_dirty or {}
+  for _, pl in ipairs(plans) do self.prune_dirty[pl.name] = true end
   for i = 1, #plans, 128 do
     local ops = {}
     for k = i, math.min(i + 127, #plans) do
@@ -267,6 +381,11 @@ function M.misfires(self)
         M.settle_misfires(self, pl.name, pl.j, missed, now)
       end
     end
+  end
+  -- Each job looked at waits for its next instant after its new mark.
+  for _, name in ipairs(popped) do
+    local j = self.jobs[name]
+    if j and self.marks[name] then mf_queue(self, name, j) end
   end
   -- Events no node claimed: the same misfire rules (baton.events).
   events.misfires(self, horizon, now)
@@ -329,21 +448,68 @@ function M.settle_misfires(self, name, j, missed, now)
   end
 end
 
-local function prune(self)
+-- History pruning does not read every job's records every round: a store
+-- of 100,000 jobs would cost 100,000 requests a minute. A round counts the
+-- records (count_only, PRUNE_TXN jobs per transaction) of the jobs that may
+-- have new ones (self.prune_dirty: jobs with scheduled instants since the
+-- last round, from the misfire check; jobs run by hand, from node.lua's
+-- trigger events; every queue and event job), plus a slice of all jobs in
+-- turn, so that every job is counted at least once every PRUNE_SWEEP
+-- rounds whatever made its records; only the jobs over `history` are
+-- listed and pruned.
+M.PRUNE_SWEEP, M.PRUNE_TXN = 30, 128
+
+local function prune_job(self, name, count)
   local P, e, keep = self.P, self.e, self.history
-  for name in pairs(self.jobs) do
-    local r = e:get(P .. "runs/" .. name .. "/", { prefix = true, keys_only = true, sort = "key" })
-    if r and r.count > keep then
-      local n = r.count - keep
-      local ops = {}
-      for i = 1, n do
-        local key = r.kvs[i].key
-        local id = key:sub(#P + 7 + #name)
-        ops[#ops + 1] = { txn = {
-          compare = { { key = P .. "inflight/" .. name .. "/" .. id, target = "create", op = "==", value = 0 } },
-          success = { { delete = { key = key } },
-                      { delete = { key = output.run_prefix(P, name, id), prefix = true } } } } }
-        if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
+  local r = e:get(P .. "runs/" .. name .. "/", { prefix = true, keys_only = true, sort = "key",
+                                                   limit = count - keep })
+  if not r then return end
+  local n = math.min(#r.kvs, r.count - keep)
+  local ops = {}
+  for i = 1, n do
+    local key = r.kvs[i].key
+    local id = key:sub(#P + 7 + #name)
+    ops[#ops + 1] = { txn = {
+      compare = { { key = P .. "inflight/" .. name .. "/" .. id, target = "create", op = "==", value = 0 } },
+      success = { { delete = { key = key } },
+                  { delete = { key = output.run_prefix(P, name, id), prefix = true } } } } }
+    if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
+  end
+end
+
+local function prune(self)
+  local P, e = self.P, self.e
+  local want = self.prune_dirty or {}
+  self.prune_dirty = {}
+  for name in pairs(self.event_jobs or {}) do want[name] = true end
+  for name, j in pairs(self.jobs) do
+    if j.spec.queue then want[name] = true end
+  end
+  -- the sweep: a sorted list of all jobs, taken in PRUNE_SWEEP slices
+  local sw = self.prune_sweep
+  if not sw or sw.next > #sw.names then
+    local names = {}
+    for name in pairs(self.jobs) do names[#names + 1] = name end
+    table.sort(names)
+    sw = { names = names, next = 1, step = math.ceil(#names / M.PRUNE_SWEEP) }
+    self.prune_sweep = sw
+  end
+  for i = sw.next, math.min(#sw.names, sw.next + sw.step - 1) do want[sw.names[i]] = true end
+  sw.next = sw.next + math.max(sw.step, 1)
+  local names = {}
+  for name in pairs(want) do if self.jobs[name] then names[#names + 1] = name end end
+  for i = 1, #names, M.PRUNE_TXN do
+    local ops = {}
+    for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
+      ops[#ops + 1] = { get = { key = P .. "runs/" .. names[k] .. "/", prefix = true, count_only = true } }
+    end
+    local r = e:txn { success = ops }
+    for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
+      local name = names[k]
+      if not r then
+        self.prune_dirty[name] = true -- counted again next round
+      elseif r.responses[k - i + 1].count > self.history then
+        prune_job(self, name, r.responses[k - i + 1].count)
       end
     end
   end
@@ -396,7 +562,19 @@ function M.run(self)
   -- applied; the first misfire check needs the jobs, or it finds nothing
   -- and the next one, a period later, judges a later stretch of time.
   while not self.listed and leading() do baton.sleep(0.05) end
+  mf_start(self)
+  local t0, njobs = baton.monotime(), 0
+  for _ in pairs(self.jobs) do njobs = njobs + 1 end
   M.misfires(self)
+  -- (a term's first check reads every job's newest records: 64 jobs a
+  -- request; from then on a check costs only the jobs that came due)
+  local left = 0
+  for _ in pairs(self.mf_todo or {}) do left = left + 1 end
+  log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
+    unseeded = left, seconds = math.floor((baton.monotime() - t0) * 1000) / 1000 })
+  -- (with thousands of jobs its responses were tens of MB: hand them back,
+  -- as after a listing)
+  if njobs >= 1000 then baton._release_memory() end
   scan_inflight(self)
   -- Markers disappear when their node's lease expires: scan within 0.2 s
   -- of a deletion (one scan for any number of them; most are runs that
@@ -434,10 +612,7 @@ function M.run(self)
     baton.sleep(0.5)
     n = n + 1
     scan_inflight(self)
-    if n % 4 == 0 then
-      seed_marks(self)
-      M.misfires(self)
-    end
+    if n % 4 == 0 then M.misfires(self) end
     if n % 120 == 0 then prune(self) end
   end
 end
