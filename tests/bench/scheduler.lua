@@ -23,6 +23,18 @@ local P = baton.config.prefix
 if P:sub(-1) ~= "/" then P = P .. "/" end
 local mode = arg[1]
 
+-- Every kv under prefix, to fn, in pages (a 3-node run's records are more
+-- than one response may hold).
+local function each_kv(prefix, fn)
+  local from, to = prefix, prefix:sub(1, -2) .. string.char(prefix:byte(-1) + 1)
+  while true do
+    local r = assert(e:get(from, { range_end = to, limit = 5000 }))
+    for _, kv in ipairs(r.kvs) do fn(kv) end
+    if not r.more or #r.kvs == 0 then return end
+    from = r.kvs[#r.kvs].key .. "\0"
+  end
+end
+
 local function pct(t, p)
   if #t == 0 then return 0 / 0 end
   table.sort(t)
@@ -138,9 +150,8 @@ elseif mode == "wait-status" then
 
 elseif mode == "lateness" then
   local from, to = tonumber(arg[2]), tonumber(arg[3])
-  local r = assert(e:get(P .. "runs/", { prefix = true }))
   local late, states, total = {}, {}, 0
-  for _, kv in ipairs(r.kvs) do
+  each_kv(P .. "runs/", function(kv)
     local rec = json.decode(kv.value)
     if type(rec) == "table" and rec.fire and rec.fire >= from and rec.fire < to then
       total = total + 1
@@ -154,18 +165,17 @@ elseif mode == "lateness" then
         late[#late + 1] = (started - rec.fire) * 1000
       end
     end
-  end
+  end)
   -- executions: the tick job's keys for instants in the window, and those
   -- written more than once
-  local x = assert(e:get(P .. "out/", { prefix = true }))
   local execs, twice = 0, 0
-  for _, kv in ipairs(x.kvs) do
+  each_kv(P .. "out/", function(kv)
     local f = tonumber(kv.key:match("/(%d+)$"))
     if f and f >= from and f < to then
       execs = execs + 1
       if kv.version > 1 then twice = twice + 1 end
     end
-  end
+  end)
   local st = {}
   for k, v in pairs(states) do st[#st + 1] = k .. "=" .. v end
   table.sort(st)
