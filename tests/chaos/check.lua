@@ -117,10 +117,10 @@ local function note(key, n) info[key] = (info[key] or 0) + (n or 1) end
 ---------------------------------------------------------------------------
 -- the artifacts
 
--- An attempt's fence is unique within its job (runs of different jobs
--- claimed in one etcd request share its revision): attempts are known by
--- job and fence.
-local function fk(job, fence) return tostring(job) .. "#" .. tostring(fence) end
+-- An attempt's fence is unique within its run (runs claimed in one etcd
+-- request share its revision, whatever their jobs): attempts are known by
+-- run ("job/id") and fence.
+local function fk(run, fence) return tostring(run) .. "#" .. tostring(fence) end
 
 -- Executions, by job and fence: every line of one attempt has its fence.
 local ex, ex_by_key, ex_list = {}, {}, {}
@@ -128,11 +128,11 @@ local skew = {}
 for t in each(D .. "/exec.jsonl") do
   local F = t.fence
   if type(F) == "number" then
-    local E = ex[fk(t.job, F)]
+    local E = ex[fk(t.job .. "/" .. tostring(t.id), F)]
     if not E then
       E = { fence = F, job = t.job, id = t.id, key = t.job .. "/" .. t.id, node = t.node,
             attempt = t.attempt, lines = {}, first = huge, last = -huge, child_pids = {} }
-      ex[fk(t.job, F)] = E
+      ex[fk(E.key, F)] = E
       ex_list[#ex_list + 1] = E
       ex_by_key[E.key] = ex_by_key[E.key] or {}
       table.insert(ex_by_key[E.key], E)
@@ -198,7 +198,7 @@ local function elections_in(a, b)
   return n, last
 end
 
-local marker_made, marker_gone, marker_lease = {}, {}, {} -- [fk(job, fence)] = mono, mono, lease
+local marker_made, marker_gone, marker_lease = {}, {}, {} -- [fk(run, fence)] = mono, mono, lease
 local marker_of = {}                                      -- ["job/id#attempt"] = fence
 local markers_by_key = {}                                 -- ["job/id"] = fences, in order
 local ended_by_fence, ended_by_attempt = {}, {}
@@ -207,7 +207,7 @@ for _, ev in ipairs(events) do
   local key = ev.key
   if key:sub(1, 8) == "running/" and ev.create then
     local tab = ev.type == "put" and marker_made or marker_gone
-    local mk = fk(key:sub(9):match("^[^/]+"), ev.create)
+    local mk = fk(key:sub(9), ev.create)
     if not tab[mk] or ev.mono < tab[mk] then tab[mk] = ev.mono end
     if ev.type == "put" then
       marker_lease[mk] = ev.lease
@@ -225,7 +225,7 @@ for _, ev in ipairs(events) do
       local rk = key:sub(6)
       last_record[rk] = rec
       for _, a in ipairs(rec.attempts or {}) do
-        local ek = a.fence and fk(rk:match("^[^/]+"), a.fence)
+        local ek = a.fence and fk(rk, a.fence)
         if ek and not ended_by_fence[ek] then ended_by_fence[ek] = ev.mono end
         local ak = rk .. "#" .. tostring(a.attempt)
         if not ended_by_attempt[ak] then ended_by_attempt[ak] = ev.mono end
@@ -289,8 +289,8 @@ end
 
 local tolerated = 0
 for _, E in ipairs(ex_list) do
-  local gone = marker_gone[fk(E.job, E.fence)]
-  local rend = ended_by_fence[fk(E.job, E.fence)] or ended_by_attempt[E.key .. "#" .. tostring(E.attempt)]
+  local gone = marker_gone[fk(E.key, E.fence)]
+  local rend = ended_by_fence[fk(E.key, E.fence)] or ended_by_attempt[E.key .. "#" .. tostring(E.attempt)]
   if rend and (not gone or rend < gone) then gone = rend end
   E.gone = gone
   E.eff_last = E.begin
@@ -315,7 +315,7 @@ for _, E in ipairs(ex_list) do
       nlate > 1 and "s" or "", rel(gone), worst.mono - gone, worst.kind,
       worst.child and " from a child process" or "", worst.pid)
   end
-  if have_observer and not marker_made[fk(E.job, E.fence)] then
+  if have_observer and not marker_made[fk(E.key, E.fence)] then
     violation("unclaimed", "%s fence %d (%s, attempt %d) started at %+.2f s; etcd never had a "
       .. "running/ marker with that create revision", E.key, E.fence, E.node, E.attempt, rel(E.begin))
   end
@@ -528,7 +528,7 @@ for _, n in ipairs(meta.nodes) do
       lost = { lease = lease, ts = t.ts }
       if lease then lost_leases[lease] = t.ts end
     elseif msg == "run started" then
-      local lease = t.lease or (t.fence and marker_lease[fk(t.job, t.fence)])
+      local lease = t.lease or (t.fence and marker_lease[fk(tostring(t.job) .. "/" .. tostring(t.instant), t.fence)])
       local bad
       if lease then
         if lost_leases[lease] then
@@ -638,9 +638,8 @@ for key, rec in pairs(records) do
       -- (each attempt is claimed with a new marker: the n-th is attempt n)
       local F = Ea and Ea.fence or marker_of[key .. "#" .. tostring(a.attempt)]
         or (markers_by_key[key] or {})[a.attempt]
-      local job = key:match("^[^/]+")
-      local made = F and marker_made[fk(job, F)] or (Ea and Ea.begin)
-      local gone = F and marker_gone[fk(job, F)] or (Ea and Ea.gone)
+      local made = F and marker_made[fk(key, F)] or (Ea and Ea.begin)
+      local gone = F and marker_gone[fk(key, F)] or (Ea and Ea.gone)
       local f = made and cause_of(a.node, made - TTL - 2, gone or (En and En.begin) or meta["end"])
       if not f then
         unexplained = unexplained + 1
@@ -673,7 +672,7 @@ for key, rec in pairs(records) do
                       cause = f and (f.kind .. " " .. (f.node or ("member " .. tostring(f.member)))) or "no fault" }
         end
         if d > limit then
-          local claimed = marker_made[fk(En.job, En.fence)]
+          local claimed = marker_made[fk(En.key, En.fence)]
           violation("failover", "%s attempt %d on %s lost (%s at %+.2f s%s); attempt %d claimed %s, "
             .. "started %.2f s later on %s (limit %.1f s%s%s)", key, a.attempt, tostring(a.node),
             f and (f.kind .. (f.node and (" " .. f.node) or (" member " .. tostring(f.member)))) or "no fault",
