@@ -28,7 +28,7 @@ local mode = arg[1]
 local function each_kv(prefix, fn)
   local from, to = prefix, prefix:sub(1, -2) .. string.char(prefix:byte(-1) + 1)
   while true do
-    local r = assert(e:get(from, { range_end = to, limit = 5000 }))
+    local r = assert(e:get(from, { range_end = to, limit = 1000 }))
     for _, kv in ipairs(r.kvs) do fn(kv) end
     if not r.more or #r.kvs == 0 then return end
     from = r.kvs[#r.kvs].key .. "\0"
