@@ -17,6 +17,7 @@ local jobmod = require "baton.job"
 local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local batch = require "baton.node.batch"
+local heap = require "baton.heap"
 local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
 local pool = require "baton.node.pool"
@@ -225,42 +226,14 @@ end
 -- at most a second, so a wall-clock step is noticed within a second. Idle,
 -- a node wakes once a second whatever the number of jobs. An entry whose
 -- job was replaced or removed is dropped when it comes up.
-local function heap_push(h, e)
-  local i = #h + 1
-  h[i] = e
-  while i > 1 do
-    local p = (i - i % 2) / 2
-    if h[p].fire <= h[i].fire then break end
-    h[p], h[i] = h[i], h[p]
-    i = p
-  end
-end
-
-local function heap_pop(h)
-  local top, n = h[1], #h
-  -- (Two statements: the order of a multiple assignment's stores is not
-  -- defined, and with n == 1 the wrong order would leave the top in place.)
-  h[1] = h[n]
-  h[n] = nil
-  n = n - 1
-  local i = 1
-  while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= n and h[l].fire < h[m].fire then m = l end
-    if r <= n and h[r].fire < h[m].fire then m = r end
-    if m == i then break end
-    h[m], h[i] = h[i], h[m]
-    i = m
-  end
-  return top
-end
+local function sooner(a, b) return a.fire < b.fire end
 
 -- Puts the next instant of job version j after `after` on the timetable.
 local function schedule(self, name, j, after)
   local spec = j.spec
   if spec.manual or spec.queue then return end
   local fire = spec.cron:next(after or self.now())
-  if fire then heap_push(self.timetable, { fire = fire, name = name, j = j }) end
+  if fire then heap.push(self.timetable, { fire = fire, name = name, j = j }, sooner) end
 end
 
 local function timetable_loop(self)
@@ -270,7 +243,7 @@ local function timetable_loop(self)
   while not self.stopping do
     local now = self.now()
     while h[1] and h[1].fire <= now do
-      local ev = heap_pop(h)
+      local ev = heap.pop(h, sooner)
       if self.jobs[ev.name] == ev.j then
         if not ev.j.paused then self.go(fire_instant, self, ev.name, ev.j, ev.fire) end
         -- After a stall or a forward clock step, go on from now: the

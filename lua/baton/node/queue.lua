@@ -21,6 +21,7 @@
 -- that node's grace: busy nodes rarely race for one task.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local heap = require "baton.heap"
 local etcd = require "baton.etcd"
 
 local M = {}
@@ -38,39 +39,10 @@ local function before(a, b)
   return a.key < b.key
 end
 
-local function heap_push(h, t)
-  local i = #h + 1
-  h[i] = t
-  while i > 1 do
-    local p = math.floor(i / 2)
-    if not before(h[i], h[p]) then break end
-    h[i], h[p] = h[p], h[i]
-    i = p
-  end
-end
-
-local function heap_pop(h)
-  local n = #h
-  local top = h[1]
-  h[1] = h[n]
-  h[n] = nil
-  n = n - 1
-  local i = 1
-  while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= n and before(h[l], h[m]) then m = l end
-    if r <= n and before(h[r], h[m]) then m = r end
-    if m == i then break end
-    h[i], h[m] = h[m], h[i]
-    i = m
-  end
-  return top
-end
-
 -- The first task still waiting (deleted ones leave the heap here).
 local function first(qs)
   local h = qs.heap
-  while h[1] and h[1].gone do heap_pop(h) end
+  while h[1] and h[1].gone do heap.pop(h, before) end
   return h[1]
 end
 
@@ -141,7 +113,7 @@ local function add(self, q, qs, key, value, rev, now, gen)
   end
   t = { key = key, value = value, rev = rev, ready = now + delay, gen = gen }
   qs.tasks[key] = t
-  heap_push(qs.heap, t)
+  heap.push(qs.heap, t, before)
   wake(qs)
 end
 
@@ -191,7 +163,7 @@ local function dispatch(self, q, qs)
       name, j = consumer(self, q, qs)
       self.pool:release()
       if t and name and not j.paused and t.ready <= baton.monotime() and not self.stopping then
-        heap_pop(qs.heap)
+        heap.pop(qs.heap, before)
         qs.tasks[t.key] = nil
         qs.running[t.key] = true
         qs.handing = true

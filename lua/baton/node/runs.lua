@@ -271,11 +271,13 @@ function M.claim(self, run, opts)
                reg = M.last_register(P, run.job, run.id, skip_last) }
     end
   end
-  -- Whether a failed claim (or skip) r found a run of the job on and this
-  -- instant unclaimed (the failure branch above).
-  local function on_and_unclaimed(x)
-    local a, c = x and x.responses[1], x and x.responses[2]
-    return a and c and (a.count or 0) > 0 and (c.count or 0) == 0
+  -- What a failed claim (or skip) x found (the failure branch above):
+  -- whether a run of the job holds active/, and whether this instant is
+  -- claimed; nil when it says nothing (etcd failed, or no such branch).
+  local function found(x)
+    local rs = x and x.responses or {}
+    local a, c = rs[1], rs[2]
+    if a and c then return (a.count or 0) > 0, (c.count or 0) > 0 end
   end
   local r, err
   for round = 1, 2 do
@@ -297,7 +299,8 @@ function M.claim(self, run, opts)
       if not M.session(self, s) then return nil end
     end
     if not r then return nil end
-    if r.succeeded or not skip or not on_and_unclaimed(r) or not M.live(self, s) then break end
+    local held, claimed = found(r)
+    if r.succeeded or not skip or not held or claimed or not M.live(self, s) then break end
     local sr = self.batch:txn({ compare = skip.compare, success = skip.success, failure = skip.failure },
                               nil, skip.reg)
     if sr and sr.succeeded then
@@ -307,8 +310,8 @@ function M.claim(self, run, opts)
     end
     -- Unless the run that was on has ended meanwhile (claim again, once),
     -- the instant is another node's, or the leader's misfire check's.
-    local a, c = sr and sr.responses[1], sr and sr.responses[2]
-    if not (a and c and (a.count or 0) == 0 and (c.count or 0) == 0) then break end
+    held, claimed = found(sr)
+    if held ~= false or claimed then break end
   end
   if not r.succeeded then
     if M.live(self, s) then self.metrics:claim_lost(run.job) end -- (another node has it)
