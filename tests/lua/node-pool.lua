@@ -217,6 +217,68 @@ end }]]):format(h.P .. "started"))
   h:destroy()
 end
 
+-- 6. ctx:put_fenced is made by the node (cli/worker.lua): each write is a
+-- member of its write batcher, guarded by the run's fence, and a run whose
+-- claim is gone gets ELOST, as a write of its own would.
+do
+  local f = N.new("noderelay")
+  f:start("f", 10, "--http 127.0.0.1:0")
+  local prev = f:put_job("noop", [[return { schedule = "@manual", run = function() end }]])
+  local frev = f:put_job("puts", ([[
+return { schedule = "@manual", run = function(ctx)
+  local done = 0
+  for i = 1, 3 do
+    baton.go(function()
+      for j = 1, 10 do assert(ctx:put_fenced(%q .. i .. "/" .. j, tostring(ctx.fence))) end
+      done = done + 1
+    end)
+  end
+  while done < 3 do baton.sleep(0.01) end
+end }]]):format(f.P .. "fenced/"))
+  -- (the claim taken away: its lease-bound marker deleted; the leader then
+  -- takes the run over, whose second attempt only returns)
+  local lrev = f:put_job("late", ([[
+return { schedule = "@manual", run = function(ctx)
+  if ctx.attempt > 1 then return end
+  assert(baton.etcd:delete(%q, { prefix = true }).deleted == 1)
+  local ok, err, code = ctx:put_fenced(%q, "late")
+  assert(baton.etcd:put(%q, baton.json.encode { ok = ok or false, err = err, code = code }))
+end }]]):format(f.P .. "running/late/", f.P .. "late", f.P .. "answer"))
+  T.ok(f:loaded("noop", prev) and f:loaded("puts", frev) and f:loaded("late", lrev), "relay: jobs loaded")
+  local addr = N.wait(10, function() return f:log("f"):match('msg="http listening"[^\n]* addr=(%S+)') end)
+  local function batched()
+    local r = baton.exec { "curl", "-sS", "--max-time", "5", "http://" .. tostring(addr) .. "/metrics" }
+    return tonumber((r.stdout or ""):match("\nbaton_etcd_batched_transactions_total (%d+)")) or 0
+  end
+  local function run(name) -- the batcher's transactions during a run of name
+    local before = batched()
+    f:cli("job", "run", name)
+    local rec = N.wait(20, function()
+      local x = f:records(name)[1]
+      return x and x.state ~= "running" and x
+    end)
+    baton.sleep(0.2) -- (the end's own write)
+    return batched() - before, rec
+  end
+  local quiet = run("noop")
+  local busy, rec = run("puts")
+  local puts = assert(f.e:get(f.P .. "fenced/", { prefix = true }))
+  T.is(#puts.kvs, 30, "30 fenced puts from 3 coroutines of one run, all written")
+  local fences = {}
+  for _, kv in ipairs(puts.kvs) do fences[kv.value] = true end
+  T.ok(rec and fences[tostring(rec.fence)] and next(fences, next(fences)) == nil,
+       "each guarded by the run's fence: " .. tostring(rec and rec.fence))
+  T.ok(busy - quiet >= 30, ("each a member of the node's batcher: %d transactions for the run, %d for one that puts nothing")
+    :format(busy, quiet))
+  run("late")
+  local a = json.decode(assert(f.e:get(f.P .. "answer")).kvs[1].value)
+  T.ok(a and a.ok == false, "a fenced put after the claim was taken away is refused")
+  T.is(a and a.code, "ELOST", "with ELOST")
+  T.like(a and a.err or "", "^ELOST: ", "and a message that says so")
+  T.is(#assert(f.e:get(f.P .. "late")).kvs, 0, "the refused value is not in etcd")
+  f:destroy()
+end
+
 -- Bad input: a node that could run nothing is refused.
 local bad = c:cli("node", "--name", "b", "--workers", "0")
 T.is(bad.code, 2, "--workers 0: usage error")

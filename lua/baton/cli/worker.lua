@@ -8,6 +8,16 @@
 --   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
 --                    "handoff": key|null, "busy": seconds spent on the run}
 --   node -> worker  {"recorded": key}   once it has written that success
+--   worker -> node  {"put": {"n": N, "key": k, "value": v, "run": key}}
+--                   ctx:put_fenced of the run (key job/id/attempt)
+--   node -> worker  {"put_done": N, "ok": true} or
+--                   {"put_done": N, "error": text, "code": code}
+--
+-- ctx:put_fenced goes through the node: its write is a member of the node's
+-- write batcher (node/batch.lua), guarded by the run's fence as it would be
+-- alone, and shares an etcd request with the claims and ends of the node's
+-- other runs instead of making one of its own. Should the node be gone, it
+-- fails (the claim goes with the node's session).
 --
 -- A success is handed over (handoff, key job/id/attempt): the node records
 -- it, with the ends of its other runs in one etcd request (node/batch.lua),
@@ -48,6 +58,44 @@ local HANDOFF = 1 -- seconds a success waits for the node to record it
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
+end
+
+-- The node's channel and the ctx:put_fenced calls waiting for its answer
+-- (by request number).
+local relay = { ch = nil, n = 0, waiting = {} }
+
+-- A fenced put of the current run, made by the node (see the top of this
+-- file): true, or nil, an error and its code.
+local function relay_put(run, k, v)
+  if not relay.ch then return nil, "ELOST: the worker has no node", "ELOST" end
+  relay.n = relay.n + 1
+  local n = relay.n
+  local w = { cond = baton._cond() }
+  relay.waiting[n] = w
+  local ok, err = relay.ch:send(json.encode { put = { n = n, key = k, value = v,
+                                                      run = runs.attempt_key(run) } })
+  if ok then w.cond:wait() end
+  relay.waiting[n] = nil
+  if not ok then return nil, "ELOST: the node is gone: " .. tostring(err), "ELOST" end
+  local a = w.answer
+  if a.ok == true then return true end
+  return nil, a.error, a.code
+end
+
+-- The node's answer to a relayed put (or, a == nil: none will come).
+local function relay_answer(a)
+  if a == nil then
+    for _, w in pairs(relay.waiting) do
+      w.answer = { error = "ELOST: the node is gone", code = "ELOST" }
+      w.cond:signal()
+    end
+    return
+  end
+  local w = relay.waiting[a.put_done]
+  if w then
+    w.answer = a
+    w.cond:signal()
+  end
 end
 
 -- Records a success right here, guarded by the run's fence, when the node
@@ -219,15 +267,7 @@ local function context(run, state, kept, values, list)
     if type(k) ~= "string" or type(v) ~= "string" then
       error("put_fenced: string key and value expected", 2)
     end
-    local t, terr, code = baton.etcd:txn {
-      compare = { { key = run.marker, target = "create", op = "==", value = run.fence } },
-      success = { { put = { key = k, value = v } } },
-    }
-    if not t then return nil, terr, code end
-    if not t.succeeded then
-      return nil, "ELOST: the run's claim was lost (node lease expired or run taken over)", "ELOST"
-    end
-    return true
+    return relay_put(run, k, v)
   end
   return ctx
 end
@@ -339,6 +379,7 @@ return function()
     io.stderr:write("baton: worker: started without a channel; this command is for baton node\n")
     return baton.exit(2)
   end
+  relay.ch = ch
   -- Whatever else writes to stdout (not a run: those are captured) goes
   -- out line by line, not minutes later when a buffer fills.
   io.stdout:setvbuf("line")
@@ -381,6 +422,7 @@ return function()
   while true do
     local line = ch:recv()
     if not line then
+      relay_answer(nil)
       -- The node stopped or died. What it had not recorded of the
       -- successes handed to it is written now (its containment process
       -- gives this a moment when the node died), then the worker exits.
@@ -395,6 +437,7 @@ return function()
     if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
       settle(msg.recorded)
     end
+    if okd and type(msg) == "table" and msg.put_done ~= nil then relay_answer(msg) end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       local before, shared = baton._coroutines(), shared_state()
@@ -408,7 +451,7 @@ return function()
           or baton._children() > 0 or not shared_unchanged(shared)
         reply.busy = baton.monotime() - t0
         if reply.handoff then
-          reply.handoff = run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
+          reply.handoff = runs.attempt_key(run)
           state.handoffs[reply.handoff] = { run = run, started = started,
                                             deadline = baton.monotime() + HANDOFF }
           armed:signal()

@@ -195,29 +195,65 @@ function Pool:trim(secs)
   self.idle = keep
 end
 
--- A reply line of the worker as a table, or nil.
+-- A line of the worker as a table, or nil.
 local function decode(line)
   local ok, reply = pcall(json.decode, line or "")
   return ok and type(reply) == "table" and reply or nil
 end
 
+-- Answers the worker's request to put for its run (see cli/worker.lua):
+-- through run.put(key, value) when the request is for run, else (a
+-- request of another attempt, or after the run is given up) with ELOST.
+local function relay_put(self, w, req, run)
+  local go = self.node.go or baton.go
+  go(function()
+    local a
+    if run and run.put and req.run == run.key and type(req.key) == "string"
+       and type(req.value) == "string" then
+      a = run.put(req.key, req.value)
+    else
+      a = { ok = false, code = "ELOST", error = "ELOST: the run is no longer this worker's" }
+    end
+    a.put_done = req.n
+    w.ch:send(json.encode(a))
+  end)
+end
+
+-- The worker's reply to the run, within secs; its requests meanwhile are
+-- answered (relay_put). nil and "timeout", or nil and the process's exit
+-- ({code, signal}) when the worker ended first.
+local function reply_of(self, w, secs, run)
+  local deadline = baton.monotime() + secs
+  while true do
+    local line, rerr, code = w.ch:recv(math.max(deadline - baton.monotime(), 0.001))
+    if not line then
+      if code == "ETIMEDOUT" then return nil, "timeout" end
+      return nil, w.p:wait(5) or { code = -1, error = rerr }
+    end
+    local m = decode(line)
+    if m and type(m.put) == "table" then
+      relay_put(self, w, m.put, run)
+    else
+      return m or { ok = false, error = "the worker sent a malformed reply", retire = true }
+    end
+  end
+end
+
 -- Runs msg (the run for the worker) on w. Returns the worker's reply, or
 -- nil and the process's exit ({code, signal}) if the worker ended first, or
 -- nil and "timeout" if timeout seconds passed (the worker still runs).
-function Pool:call(w, msg, timeout)
+-- run (optional): {key = job/id/attempt, put = function(key, value)} makes
+-- the run's ctx:put_fenced (cli/worker.lua) while it runs.
+function Pool:call(w, msg, timeout, run)
   local ok, err = w.ch:send(json.encode { run = msg })
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
-  local line, rerr, code = w.ch:recv(math.max(timeout, 0.001))
-  if not line then
-    if code == "ETIMEDOUT" then return nil, "timeout" end
-    return nil, w.p:wait(5) or { code = -1, error = rerr }
-  end
-  return decode(line) or { ok = false, error = "the worker sent a malformed reply", retire = true }
+  return reply_of(self, w, timeout, run)
 end
 
--- After a timeout: the result the worker sends within secs, if any.
-function Pool:late_reply(w, secs)
-  return decode((w.ch:recv(secs)))
+-- After a timeout: the result the worker sends within secs, if any (its
+-- requests meanwhile are answered through run, as in Pool:call).
+function Pool:late_reply(w, secs, run)
+  return (reply_of(self, w, secs, run))
 end
 
 return M

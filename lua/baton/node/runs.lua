@@ -61,6 +61,11 @@ function M.keys(P, job, id)
   }
 end
 
+-- Names one attempt of a run between a node and its worker: job/id/attempt.
+function M.attempt_key(run)
+  return run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
+end
+
 -- The value of P last/<job> for the record rec of run id: the id first,
 -- so that values compare as the run keys do (M.last_op).
 function M.last_value(id, rec)
@@ -246,29 +251,32 @@ function M.claim(self, run, opts)
     if not prev then
       -- Nobody claimed it, but another run of the job is on: record the
       -- skip, once, and only while this node's session holds. That is a
-      -- transaction of its own, sent when the claim failed on active/ (the
-      -- failure branch says which keys were there): as the claim's failure
-      -- branch, the skip record went to etcd with every claim of such a
-      -- job, and etcd's JSON gateway spends its time on bytes.
+      -- transaction of its own, made (skip_txn) and sent only when the
+      -- claim failed on active/ (the failure branch says which keys were
+      -- there): as the claim's failure branch, the skip record went to etcd
+      -- with every claim of such a job, and etcd's JSON gateway spends its
+      -- time on bytes.
       local there = { { get = { key = k.active, count_only = true } },
                       { get = { key = k.run, count_only = true } } }
       failure = there
-      local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 },
-                         { key = k.active, target = "create", op = ">", value = 0 },
-                         alive_compare(self, s) }
-      for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
-      local skipped = {
-        job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
-        started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-        shard = rec.shard, params = rec.params, event = run.event,
-        error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
-      local skip_last = M.last_op(P, run.job, run.id, skipped, last_known)
-      local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } }, skip_last }
-      for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
-      events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
-                 skipped, skip_ops)
-      skip = { compare = skip_cmp, success = skip_ops, failure = there,
-               reg = M.last_register(P, run.job, run.id, skip_last) }
+      skip = function()
+        local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 },
+                           { key = k.active, target = "create", op = ">", value = 0 },
+                           alive_compare(self, s) }
+        for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
+        local skipped = {
+          job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
+          started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
+          shard = rec.shard, params = rec.params, event = run.event,
+          error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
+        local skip_last = M.last_op(P, run.job, run.id, skipped, last_known)
+        local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } }, skip_last }
+        for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
+        events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
+                   skipped, skip_ops)
+        return { compare = skip_cmp, success = skip_ops, failure = there },
+               M.last_register(P, run.job, run.id, skip_last)
+      end
     end
   end
   -- What a failed claim (or skip) x found (the failure branch above):
@@ -301,8 +309,8 @@ function M.claim(self, run, opts)
     if not r then return nil end
     local held, claimed = found(r)
     if r.succeeded or not skip or not held or claimed or not M.live(self, s) then break end
-    local sr = self.batch:txn({ compare = skip.compare, success = skip.success, failure = skip.failure },
-                              nil, skip.reg)
+    local st, sreg = skip()
+    local sr = self.batch:txn(st, nil, sreg)
     if sr and sr.succeeded then
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
       self.metrics:skip(run.job, "concurrency")
@@ -462,16 +470,33 @@ local function attempt(self, run, fence, rec)
   local source
   if w.known[run.job] ~= spec.revision then source, w.known[run.job] = spec.source, spec.revision end
   local sent = baton.monotime()
+  -- The run's ctx:put_fenced, which its worker asks this node to make:
+  -- with the node's other writes (node/batch.lua), guarded by the fence.
+  local marker = M.keys(self.P, run.job, run.id).marker
+  local function put_fenced(k, v)
+    local r, err, code = self.batch:txn {
+      compare = { { key = marker, target = "create", op = "==", value = fence } },
+      success = { { put = { key = k, value = v } } },
+    }
+    if not r then return { ok = false, error = err, code = code } end
+    if not r.succeeded then
+      return { ok = false, code = "ELOST",
+               error = "ELOST: the run's claim was lost (node lease expired or run taken over)" }
+    end
+    return { ok = true }
+  end
+  local relay = { key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
+                  put = put_fenced }
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, source = source, deadline = rec.started + spec.timeout,
-    marker = M.keys(self.P, run.job, run.id).marker, task = run.task or json.null,
+    marker = marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
     params = rec.params or json.null, event = run.event or json.null,
     -- (for the success the worker records itself when this node is slow
     -- to; the node's other ends use the event jobs it has when the run ends)
     events = { succeeded = (events.targets(self, run.job) or {}).succeeded },
-  }, rec.started + spec.timeout - self.now())
+  }, rec.started + spec.timeout - self.now(), relay)
   if reply and type(reply.busy) == "number" then
     -- The round trip, less the time the worker spent on the run itself.
     self.metrics:dispatched(baton.monotime() - sent - reply.busy)
@@ -482,7 +507,7 @@ local function attempt(self, run, fence, rec)
     -- processes get SIGTERM), then every process of the run is killed; the
     -- worker is not reused either way.
     pool:interrupt(w)
-    reply = pool:late_reply(w, self.grace)
+    reply = pool:late_reply(w, self.grace, relay)
     if reply and reply.ok then
       reply.retire = true -- it finished in time after all; a fresh worker follows
     else
