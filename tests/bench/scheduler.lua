@@ -15,6 +15,7 @@
 --                        (epoch seconds, the node's start)
 --   lateness FROM TO     run records with FROM <= fire < TO: lateness
 --                        (started - fire) percentiles, counts by state, and
+--                        (inwin) the runs of any instant started in the window,
 --                        the tick job's executions (out/ keys) and those of
 --                        them written twice (version > 1)
 local e = baton.etcd
@@ -150,9 +151,13 @@ elseif mode == "wait-status" then
 
 elseif mode == "lateness" then
   local from, to = tonumber(arg[2]), tonumber(arg[3])
-  local late, states, total = {}, {}, 0
+  local late, states, total, inwin = {}, {}, 0, 0
   each_kv(P .. "runs/", function(kv)
     local rec = json.decode(kv.value)
+    -- the node's throughput: runs (of any instant) started in the window
+    local s1 = type(rec) == "table" and type(rec.attempts) == "table" and rec.attempts[1]
+      and rec.attempts[1].started or type(rec) == "table" and rec.state ~= "skipped" and rec.started
+    if type(s1) == "number" and s1 >= from and s1 < to then inwin = inwin + 1 end
     if type(rec) == "table" and rec.fire and rec.fire >= from and rec.fire < to then
       total = total + 1
       states[rec.state or "?"] = (states[rec.state or "?"] or 0) + 1
@@ -179,8 +184,8 @@ elseif mode == "lateness" then
   local st = {}
   for k, v in pairs(states) do st[#st + 1] = k .. "=" .. v end
   table.sort(st)
-  print(("lateness p50_ms=%.1f p99_ms=%.1f max_ms=%.1f started=%d records=%d execs=%d twice=%d %s"):format(
-    pct(late, 0.5), pct(late, 0.99), pct(late, 1), #late, total, execs, twice, table.concat(st, " ")))
+  print(("lateness p50_ms=%.1f p99_ms=%.1f max_ms=%.1f started=%d inwin=%d records=%d execs=%d twice=%d %s"):format(
+    pct(late, 0.5), pct(late, 0.99), pct(late, 1), #late, inwin, total, execs, twice, table.concat(st, " ")))
 else
   io.stderr:write("scheduler.lua: unknown mode " .. tostring(mode) .. "\n")
   baton.exit(2)

@@ -279,6 +279,39 @@ end }]]):format(f.P .. "running/late/", f.P .. "late", f.P .. "answer"))
   f:destroy()
 end
 
+-- 7. An instant that waits for a slot past its job's starting_deadline is
+-- recorded skipped, saying why, instead of starting late.
+do
+  local d = N.new("nodedeadline")
+  d:start("d", 10, "--workers 1")
+  local brev = d:put_job("busy", [[
+return { schedule = "@manual", concurrency = "allow", run = function() baton.sleep(3.5) end }]])
+  local trev = d:put_job("tick", [[
+return { schedule = "* * * * * *", starting_deadline = 1, concurrency = "allow", run = function() end }]])
+  T.ok(d:loaded("busy", brev) and d:loaded("tick", trev), "deadline: jobs loaded")
+  baton.sleep(1.5)
+  d:cli("job", "run", "busy")
+  T.ok(N.wait(10, function()
+    for _, x in ipairs(d:records("busy")) do if x.state == "succeeded" then return true end end
+  end), "the slot's run ended")
+  baton.sleep(1.5)
+  d:cli("job", "pause", "tick")
+  baton.sleep(0.5)
+  local skipped, late = 0, {}
+  for _, x in ipairs(d:records("tick")) do
+    if x.state == "skipped" then
+      skipped = skipped + 1
+      T.like(x.error or "", "not started within starting_deadline %(1 s%)", "a skip says why: " .. tostring(x.error))
+    elseif x.attempts and x.attempts[1] and x.attempts[1].started - x.fire > 1.5 then
+      late[#late + 1] = ("%s started %.1f s late"):format(x.fire, x.attempts[1].started - x.fire)
+    end
+  end
+  T.ok(skipped >= 1, ("instants that waited past the deadline were skipped: %d"):format(skipped))
+  T.is(table.concat(late, ", "), "", "none started later than its deadline allows")
+  T.like(d:log("d"), "not started within its starting_deadline", "the node says so")
+  d:destroy()
+end
+
 -- Bad input: a node that could run nothing is refused.
 local bad = c:cli("node", "--name", "b", "--workers", "0")
 T.is(bad.code, 2, "--workers 0: usage error")

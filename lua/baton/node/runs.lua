@@ -182,6 +182,34 @@ local function claimed_by(self, s, k, token)
   end
 end
 
+-- The transaction that records attempt 0 of run skipped for why: only
+-- while this node's session s holds, and only if nobody claimed (or
+-- recorded) the instant meanwhile; compare adds conditions (the
+-- concurrency skip: a run of the job holds active/). Its failure branch
+-- says whether active/ and the run key are there. Returns the transaction
+-- and its register write (node/batch.lua).
+local function skip_txn(self, run, s, why, opts)
+  opts = opts or {}
+  local P, spec, now = self.P, run.spec, self.now()
+  local k = M.keys(P, run.job, run.id)
+  local j = self.jobs and self.jobs[run.job]
+  local cmp = { { key = k.run, target = "create", op = "==", value = 0 }, alive_compare(self, s) }
+  for _, c in ipairs(opts.compare or {}) do cmp[#cmp + 1] = c end
+  for _, c in ipairs(opts.extra_compare or {}) do cmp[#cmp + 1] = c end
+  local skipped = {
+    job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
+    started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
+    shard = run.shard and run.shard.index or nil, params = run_params(spec, run.params),
+    event = run.event, error = why }
+  local last = M.last_op(P, run.job, run.id, skipped, j and j.last_known)
+  local ops = { { put = { key = k.run, value = json.encode(skipped) } }, last }
+  for _, op in ipairs(opts.skip_ops or {}) do ops[#ops + 1] = op end
+  events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) }, skipped, ops)
+  local there = { { get = { key = k.active, count_only = true } },
+                  { get = { key = k.run, count_only = true } } }
+  return { compare = cmp, success = ops, failure = there }, M.last_register(P, run.job, run.id, last)
+end
+
 -- Claims the next attempt of run on this node, in one transaction:
 --   * attempt 1 (opts.prev absent): the record must not exist;
 --   * a next attempt (opts.prev = {rec =, mod =, pending =}): the record
@@ -260,22 +288,10 @@ function M.claim(self, run, opts)
                       { get = { key = k.run, count_only = true } } }
       failure = there
       skip = function()
-        local skip_cmp = { { key = k.run, target = "create", op = "==", value = 0 },
-                           { key = k.active, target = "create", op = ">", value = 0 },
-                           alive_compare(self, s) }
-        for _, c in ipairs(opts.extra_compare or {}) do skip_cmp[#skip_cmp + 1] = c end
-        local skipped = {
-          job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
-          started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-          shard = rec.shard, params = rec.params, event = run.event,
-          error = "concurrency " .. spec.concurrency .. ": a previous run is still running" }
-        local skip_last = M.last_op(P, run.job, run.id, skipped, last_known)
-        local skip_ops = { { put = { key = k.run, value = json.encode(skipped) } }, skip_last }
-        for _, op in ipairs(opts.skip_ops or {}) do skip_ops[#skip_ops + 1] = op end
-        events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) },
-                   skipped, skip_ops)
-        return { compare = skip_cmp, success = skip_ops, failure = there },
-               M.last_register(P, run.job, run.id, skip_last)
+        return skip_txn(self, run, s,
+                        "concurrency " .. spec.concurrency .. ": a previous run is still running",
+                        { compare = { { key = k.active, target = "create", op = ">", value = 0 } },
+                          extra_compare = opts.extra_compare, skip_ops = opts.skip_ops })
       end
     end
   end
@@ -600,6 +616,23 @@ function M.start(self, run, opts)
   -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
   local fire = not run.task and not (opts and opts.prev) and run.fire or nil
   if not self.pool:acquire(fire) then return false end
+  local sd = fire and not run.manual and run.spec.starting_deadline
+  if sd and self.now() - fire > sd then
+    -- Past its starting_deadline before a slot was free (a node with more
+    -- due than it can run): recorded skipped, as the leader records an
+    -- instant missed so, unless another node ran it in time.
+    self.pool:release()
+    local s = M.session(self)
+    if s then
+      local t, reg = skip_txn(self, run, s, format("misfire: not started within starting_deadline (%g s)", sd))
+      local r = self.batch:txn(t, nil, reg)
+      if r and r.succeeded then
+        log("info", "run skipped: not started within its starting_deadline", fields_of(self, run))
+        self.metrics:skip(run.job, "deadline")
+      end
+    end
+    return false
+  end
   local fence, rec = M.claim(self, run, opts)
   if not fence then
     self.pool:release()
