@@ -609,6 +609,17 @@ function M.execute(self, run, fence, rec, has_slot)
   end
 end
 
+-- Whether instant id of job is claimed (or recorded) already: one small
+-- read, with the node's other writes (node/batch.lua). A node whose turn
+-- for an instant comes after another's asks this before it takes a worker
+-- slot: mostly the first node has it, and a claim that fails costs a slot
+-- and a transaction. nil when etcd did not answer (claim, to be sure).
+function M.taken(self, job, id)
+  local r = self.batch:txn { success = { { get = { key = M.keys(self.P, job, id).run, count_only = true } } } }
+  local c = r and r.responses and r.responses[1]
+  if c then return (c.count or 0) > 0 end
+end
+
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
 -- ran it.
