@@ -150,26 +150,20 @@ local function fire_instant(self, name, j, fire)
     local a = assign_shards(self, name, spec, fire)
     for i = 1, spec.shards do
       self.go(function()
-        if a[i] ~= self.name then
-          baton.sleep(SHARD_GRACE)
-          if runs.taken(self, name, instant .. "/" .. i) then return end
-        end
+        if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
         if self.stopping or self.jobs[name] ~= j or j.paused then return end
         runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
-                           shard = runs.shard_of(spec, instant .. "/" .. i) })
+                           shard = runs.shard_of(spec, instant .. "/" .. i) },
+                   { after_others = a[i] ~= self.name })
       end)
     end
     return
   end
-  if delay > 0 then
-    -- (another node's turn came first: mostly it has the instant)
-    baton.sleep(delay)
-    if runs.taken(self, name, instant) then return end
-  end
+  if delay > 0 then baton.sleep(delay) end
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
   local run = { job = name, id = instant, fire = fire, spec = spec }
   if spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
-  runs.start(self, run)
+  runs.start(self, run, { after_others = delay > 0 })
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).

@@ -610,11 +610,9 @@ function M.execute(self, run, fence, rec, has_slot)
 end
 
 -- Whether instant id of job is claimed (or recorded) already: one small
--- read, with the node's other writes (node/batch.lua). A node whose turn
--- for an instant comes after another's asks this before it takes a worker
--- slot: mostly the first node has it, and a claim that fails costs a slot
--- and a transaction. nil when etcd did not answer (claim, to be sure).
-function M.taken(self, job, id)
+-- read, with the node's other writes (node/batch.lua). nil when etcd did
+-- not answer.
+local function taken(self, job, id)
   local r = self.batch:txn { success = { { get = { key = M.keys(self.P, job, id).run, count_only = true } } } }
   local c = r and r.responses and r.responses[1]
   if c then return (c.count or 0) > 0 end
@@ -622,11 +620,19 @@ end
 
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
--- ran it.
+-- ran it. opts.after_others: another node's turn for this instant came
+-- first, and mostly it has it; a small read says so (taken) before a
+-- claim is sent, which would cost the gateway the whole record to fail.
+-- (The read comes after the slot, as the claim does: a busy node asks no
+-- faster than it could run.)
 function M.start(self, run, opts)
   -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
   local fire = not run.task and not (opts and opts.prev) and run.fire or nil
   if not self.pool:acquire(fire) then return false end
+  if opts and opts.after_others and taken(self, run.job, run.id) then
+    self.pool:release()
+    return false
+  end
   local sd = fire and not run.manual and run.spec.starting_deadline
   if sd and self.now() - fire > sd then
     -- Past its starting_deadline before a slot was free (a node with more
