@@ -135,6 +135,25 @@ T.is(table.concat(seen, ","), "nil,nil", "the second run did not see the first o
 local pp = outputs("patch")
 T.ok(pp[1] and pp[2] and pp[1].pid ~= pp[2].pid, "it ran on another worker")
 
+-- 2c. So does a run that patches a module an earlier run of the worker
+-- loaded: the first run registers it (its own: no retire), a later run
+-- that finds it sets a field; no run may see that field.
+rev = job("latemod", [[
+    local m = package.loaded["baton_test_shared"]
+    local seen = "fresh"
+    if m then seen = tostring(m.patched); m.patched = true
+    else package.loaded["baton_test_shared"] = {} end
+    assert(ctx:put_fenced(]] .. ("%q"):format(P .. "latemod/") .. [[ .. baton.now(), seen))]])
+T.ok(c:loaded("latemod", rev), "late-module job loaded")
+for i = 1, 4 do
+  c:cli("job", "run", "latemod")
+  T.ok(ended("latemod", i), "late-module run " .. i .. " ended")
+end
+local lm = {}
+for _, kv in ipairs(assert(e:get(P .. "latemod/", { prefix = true })).kvs) do lm[#lm + 1] = kv.value end
+T.unlike(table.concat(lm, ","), "true", "no run saw another's patch of a module loaded after the worker started: " .. table.concat(lm, ","))
+T.like(table.concat(lm, ","), "nil", "a run did find the module an earlier run of its worker loaded")
+
 -- 3. A run that leaves a coroutine behind retires its worker.
 rev = job("leaky", [[baton.go(function() baton.sleep(60) end)]])
 T.ok(c:loaded("leaky", rev), "leaky job loaded")

@@ -272,20 +272,29 @@ local function context(run, state, kept, values, list)
   return ctx
 end
 
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
 -- What every run of this process shares: the loaded modules (_G, string,
 -- baton, ...) and the string metatable, each with a copy of its fields.
-local function shared_state()
-  local function copy(t)
-    local c = {}
-    for k, v in pairs(t) do c[k] = v end
-    return c
-  end
-  local snap = { mods = {}, smt = getmetatable("") }
+-- Taken once per worker and extended with the modules loaded since
+-- (shared_extend) before each run: a run that changes any of it makes the
+-- worker retire, so what is in it stays as it was taken.
+local function shared_extend(snap)
   for name, mod in pairs(package.loaded) do
-    snap.mods[name] = { mod = mod, fields = type(mod) == "table" and copy(mod) or nil }
+    if not snap.mods[name] then
+      snap.mods[name] = { mod = mod, fields = type(mod) == "table" and copy(mod) or nil }
+    end
   end
-  snap.smt_fields = snap.smt and copy(snap.smt)
   return snap
+end
+
+local function shared_state()
+  local smt = getmetatable("")
+  return shared_extend { mods = {}, smt = smt, smt_fields = smt and copy(smt) }
 end
 
 local function same_fields(t, fields)
@@ -440,7 +449,8 @@ return function()
     if okd and type(msg) == "table" and msg.put_done ~= nil then relay_answer(msg) end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
-      local before, shared = baton._coroutines(), shared_state()
+      state.shared = state.shared and shared_extend(state.shared) or shared_state()
+      local before, shared = baton._coroutines(), state.shared
       baton.go(function()
         local t0 = baton.monotime()
         local reply, started = execute(run, state)
