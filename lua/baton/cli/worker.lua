@@ -8,16 +8,20 @@
 --   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
 --                    "handoff": key|null, "busy": seconds spent on the run}
 --   node -> worker  {"recorded": key}   once it has written that success
---   worker -> node  {"put": {"n": N, "key": k, "value": v, "run": key}}
---                   ctx:put_fenced of the run (key job/id/attempt)
---   node -> worker  {"put_done": N, "ok": true} or
---                   {"put_done": N, "error": text, "code": code}
+--   worker -> node  {"txn": {"n": N, "run": key, "ops": [{"put": {key, value}}, ...]}}
+--                   a fenced write of the run (key job/id/attempt)
+--   node -> worker  {"txn_done": N, "succeeded": bool} or
+--                   {"txn_done": N, "error": text, "code": code}
 --
--- ctx:put_fenced goes through the node: its write is a member of the node's
--- write batcher (node/batch.lua), guarded by the run's fence as it would be
--- alone, and shares an etcd request with the claims and ends of the node's
--- other runs instead of making one of its own. Should the node be gone, it
--- fails (the claim goes with the node's session).
+-- ctx:put_fenced goes through the node: its write is a member of the
+-- node's write batcher (node/batch.lua), guarded by the run's fence as it
+-- would be alone (succeeded false: the claim is gone), and shares an etcd
+-- request with the claims and ends of the node's other runs instead of
+-- making one of its own. While the node is frozen it waits (the run is
+-- ended if the node's lease may have expired); should the node be gone,
+-- it fails (the claim goes with the node's session). The run's kept
+-- output the worker writes itself: a chatty job's bytes stay out of the
+-- conductor (docs/architecture.md, "A run's output").
 --
 -- A success is handed over (handoff, key job/id/attempt): the node records
 -- it, with the ends of its other runs in one etcd request (node/batch.lua),
@@ -60,29 +64,30 @@ local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
 
--- The node's channel and the ctx:put_fenced calls waiting for its answer
+-- The node's channel and the fenced transactions waiting for its answer
 -- (by request number).
 local relay = { ch = nil, n = 0, waiting = {} }
 
--- A fenced put of the current run, made by the node (see the top of this
--- file): true, or nil, an error and its code.
-local function relay_put(run, k, v)
+-- A fenced transaction of the current run (ops: puts), made by
+-- the node (see the top of this file): {succeeded = bool} as etcd answered
+-- (false: the claim is gone), or nil, an error and its code.
+local function relay_txn(run, ops)
   if not relay.ch then return nil, "ELOST: the worker has no node", "ELOST" end
   relay.n = relay.n + 1
   local n = relay.n
   local w = { cond = baton._cond() }
   relay.waiting[n] = w
-  local ok, err = relay.ch:send(json.encode { put = { n = n, key = k, value = v,
-                                                      run = runs.attempt_key(run) } })
+  local ok, err = relay.ch:send(json.encode { txn = { n = n, ops = ops, run = runs.attempt_key(run) } })
   if ok then w.cond:wait() end
   relay.waiting[n] = nil
   if not ok then return nil, "ELOST: the node is gone: " .. tostring(err), "ELOST" end
   local a = w.answer
-  if a.ok == true then return true end
+  if type(a.succeeded) == "boolean" then return { succeeded = a.succeeded } end
   return nil, a.error, a.code
 end
 
--- The node's answer to a relayed put (or, a == nil: none will come).
+-- The node's answer to a relayed transaction (or, a == nil: none will
+-- come).
 local function relay_answer(a)
   if a == nil then
     for _, w in pairs(relay.waiting) do
@@ -91,7 +96,7 @@ local function relay_answer(a)
     end
     return
   end
-  local w = relay.waiting[a.put_done]
+  local w = relay.waiting[a.txn_done]
   if w then
     w.answer = a
     w.cond:signal()
@@ -267,7 +272,12 @@ local function context(run, state, kept, values, list)
     if type(k) ~= "string" or type(v) ~= "string" then
       error("put_fenced: string key and value expected", 2)
     end
-    return relay_put(run, k, v)
+    local r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
+    if not r then return nil, err, code end
+    if not r.succeeded then
+      return nil, "ELOST: the run's claim was lost (node lease expired or run taken over)", "ELOST"
+    end
+    return true
   end
   return ctx
 end
@@ -446,7 +456,7 @@ return function()
     if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
       settle(msg.recorded)
     end
-    if okd and type(msg) == "table" and msg.put_done ~= nil then relay_answer(msg) end
+    if okd and type(msg) == "table" and msg.txn_done ~= nil then relay_answer(msg) end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       state.shared = state.shared and shared_extend(state.shared) or shared_state()

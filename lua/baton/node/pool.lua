@@ -201,26 +201,43 @@ local function decode(line)
   return ok and type(reply) == "table" and reply or nil
 end
 
--- Answers the worker's request to put for its run (see cli/worker.lua):
--- through run.put(key, value) when the request is for run, else (a
--- request of another attempt, or after the run is given up) with ELOST.
-local function relay_put(self, w, req, run)
+-- ops of a worker's fenced transaction, if they are what one may hold:
+-- puts of string keys and values.
+local function fenced_ops(ops)
+  if type(ops) ~= "table" or #ops == 0 then return nil end
+  for _, op in ipairs(ops) do
+    local put = type(op) == "table" and op.put
+    if type(put) ~= "table" or type(put.key) ~= "string" or type(put.value) ~= "string"
+       or next(op, next(op)) then
+      return nil
+    end
+  end
+  return ops
+end
+
+-- Answers the worker's request for a fenced transaction of its run (see
+-- cli/worker.lua): made by run.txn(ops) when the request is for run, else
+-- (a request of another attempt, or after the run is given up) refused
+-- with ELOST.
+local function relay_txn(self, w, req, run)
   local go = self.node.go or baton.go
   go(function()
     local a
-    if run and run.put and req.run == run.key and type(req.key) == "string"
-       and type(req.value) == "string" then
-      a = run.put(req.key, req.value)
+    local ops = fenced_ops(req.ops)
+    if not ops then
+      a = { error = "EINVAL: a fenced write holds puts of string keys and values", code = "EINVAL" }
+    elseif run and run.txn and req.run == run.key then
+      a = run.txn(ops)
     else
-      a = { ok = false, code = "ELOST", error = "ELOST: the run is no longer this worker's" }
+      a = { error = "ELOST: the run is no longer this worker's", code = "ELOST" }
     end
-    a.put_done = req.n
+    a.txn_done = req.n
     w.ch:send(json.encode(a))
   end)
 end
 
 -- The worker's reply to the run, within secs; its requests meanwhile are
--- answered (relay_put). nil and "timeout", or nil and the process's exit
+-- answered (relay_txn). nil and "timeout", or nil and the process's exit
 -- ({code, signal}) when the worker ended first.
 local function reply_of(self, w, secs, run)
   local deadline = baton.monotime() + secs
@@ -231,8 +248,8 @@ local function reply_of(self, w, secs, run)
       return nil, w.p:wait(5) or { code = -1, error = rerr }
     end
     local m = decode(line)
-    if m and type(m.put) == "table" then
-      relay_put(self, w, m.put, run)
+    if m and type(m.txn) == "table" then
+      relay_txn(self, w, m.txn, run)
     else
       return m or { ok = false, error = "the worker sent a malformed reply", retire = true }
     end
@@ -242,8 +259,9 @@ end
 -- Runs msg (the run for the worker) on w. Returns the worker's reply, or
 -- nil and the process's exit ({code, signal}) if the worker ended first, or
 -- nil and "timeout" if timeout seconds passed (the worker still runs).
--- run (optional): {key = job/id/attempt, put = function(key, value)} makes
--- the run's ctx:put_fenced (cli/worker.lua) while it runs.
+-- run (optional): {key = job/id/attempt, txn = function(ops)} makes the
+-- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
+-- answers {succeeded = bool} or {error =, code =}.
 function Pool:call(w, msg, timeout, run)
   local ok, err = w.ch:send(json.encode { run = msg })
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end

@@ -486,23 +486,21 @@ local function attempt(self, run, fence, rec)
   local source
   if w.known[run.job] ~= spec.revision then source, w.known[run.job] = spec.source, spec.revision end
   local sent = baton.monotime()
-  -- The run's ctx:put_fenced, which its worker asks this node to make:
-  -- with the node's other writes (node/batch.lua), guarded by the fence.
+  -- The run's fenced writes (ctx:put_fenced), which its worker asks this
+  -- node to make: with the node's other writes (node/batch.lua), guarded
+  -- by the fence.
   local marker = M.keys(self.P, run.job, run.id).marker
-  local function put_fenced(k, v)
-    local r, err, code = self.batch:txn {
-      compare = { { key = marker, target = "create", op = "==", value = fence } },
-      success = { { put = { key = k, value = v } } },
-    }
-    if not r then return { ok = false, error = err, code = code } end
-    if not r.succeeded then
-      return { ok = false, code = "ELOST",
-               error = "ELOST: the run's claim was lost (node lease expired or run taken over)" }
-    end
-    return { ok = true }
-  end
-  local relay = { key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
-                  put = put_fenced }
+  local relay = {
+    key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
+    txn = function(ops)
+      local r, err, code = self.batch:txn {
+        compare = { { key = marker, target = "create", op = "==", value = fence } },
+        success = ops,
+      }
+      if not r then return { error = err, code = code } end
+      return { succeeded = r.succeeded == true }
+    end,
+  }
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, source = source, deadline = rec.started + spec.timeout,
@@ -631,6 +629,7 @@ function M.start(self, run, opts)
   if not self.pool:acquire(fire) then return false end
   if opts and opts.after_others and taken(self, run.job, run.id) then
     self.pool:release()
+    self.metrics:claim_lost(run.job) -- (another node has it)
     return false
   end
   local sd = fire and not run.manual and run.spec.starting_deadline
