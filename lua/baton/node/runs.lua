@@ -182,6 +182,12 @@ local function claimed_by(self, s, k, token)
   end
 end
 
+-- A failure branch that says whether active/ and the run key are there
+-- (a failed claim or skip reads it: M.claim, found).
+local function what_is_there(k)
+  return { { get = { key = k.active, count_only = true } }, { get = { key = k.run, count_only = true } } }
+end
+
 -- The transaction that records attempt 0 of run skipped for why: only
 -- while this node's session s holds, and only if nobody claimed (or
 -- recorded) the instant meanwhile; compare adds conditions (the
@@ -205,9 +211,8 @@ local function skip_txn(self, run, s, why, opts)
   local ops = { { put = { key = k.run, value = json.encode(skipped) } }, last }
   for _, op in ipairs(opts.skip_ops or {}) do ops[#ops + 1] = op end
   events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) }, skipped, ops)
-  local there = { { get = { key = k.active, count_only = true } },
-                  { get = { key = k.run, count_only = true } } }
-  return { compare = cmp, success = ops, failure = there }, M.last_register(P, run.job, run.id, last)
+  return { compare = cmp, success = ops, failure = what_is_there(k) },
+         M.last_register(P, run.job, run.id, last)
 end
 
 -- Claims the next attempt of run on this node, in one transaction:
@@ -284,9 +289,7 @@ function M.claim(self, run, opts)
       -- there): as the claim's failure branch, the skip record went to etcd
       -- with every claim of such a job, and etcd's JSON gateway spends its
       -- time on bytes.
-      local there = { { get = { key = k.active, count_only = true } },
-                      { get = { key = k.run, count_only = true } } }
-      failure = there
+      failure = what_is_there(k)
       skip = function()
         return skip_txn(self, run, s,
                         "concurrency " .. spec.concurrency .. ": a previous run is still running",
