@@ -51,6 +51,18 @@ local format, floor, concat, sort = string.format, math.floor, table.concat, tab
 
 local M = {}
 
+-- Whether a run of the job due at fire may still start at now (its
+-- starting_deadline), and the reason one that may not is recorded skipped
+-- for: the leader's misfire checks and a node whose workers were all busy
+-- (node/runs.lua) say the same.
+function M.in_time(spec, fire, now)
+  return not spec.starting_deadline or now - fire <= spec.starting_deadline
+end
+
+function M.late_reason(spec)
+  return format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
+end
+
 -- The final states a run record can reach, which `on` may name. A timeout
 -- is a failure ("timed out after N s"); "lost" names abandoned runs (their
 -- node was lost or stopped and on_node_loss said not to run them again).
@@ -313,7 +325,7 @@ end
 function M.settle(self, name, j, missed, now)
   local spec = j.spec
   sort(missed, function(a, b) return a.req.fire < b.req.fire or (a.req.fire == b.req.fire and a.id < b.id) end)
-  local function in_time(m) return not spec.starting_deadline or now - m.req.fire <= spec.starting_deadline end
+  local function in_time(m) return M.in_time(spec, m.req.fire, now) end
   local newest
   for _, m in ipairs(missed) do if in_time(m) then newest = m end end
   local skipped = 0
@@ -322,7 +334,7 @@ function M.settle(self, name, j, missed, now)
     if j.paused then
       why = "paused: the event came while the job was paused"
     elseif not in_time(m) then
-      why = format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
+      why = M.late_reason(spec)
     elseif spec.misfire == "skip" or (spec.misfire == "run_once" and m ~= newest) then
       why = format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
     end

@@ -403,7 +403,7 @@ function M.settle_misfires(self, name, j, missed, now)
   local continuing = self.outage[name]
   if #missed == 0 then self.outage[name] = nil; return end
   self.outage[name] = true
-  local function in_time(f) return not spec.starting_deadline or now - f <= spec.starting_deadline end
+  local function in_time(f) return events.in_time(spec, f, now) end
   local newest
   for _, m in ipairs(missed) do
     if in_time(m.fire) and (not newest or m.fire > newest) then newest = m.fire end
@@ -429,8 +429,7 @@ function M.settle_misfires(self, name, j, missed, now)
         at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
       if r and r.succeeded then ran = ran + 1 end
     else
-      local why = not in_time(m.fire)
-        and format("misfire: not started within starting_deadline (%g s)", spec.starting_deadline)
+      local why = not in_time(m.fire) and events.late_reason(spec)
         or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
       local rec = { job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
                     state = "skipped", started = now, finished = now, error = why,

@@ -635,15 +635,14 @@ function M.start(self, run, opts)
     self.metrics:claim_lost(run.job) -- (another node has it)
     return false
   end
-  local sd = fire and not run.manual and run.spec.starting_deadline
-  if sd and self.now() - fire > sd then
+  if fire and not run.manual and not events.in_time(run.spec, fire, self.now()) then
     -- Past its starting_deadline before a slot was free (a node with more
     -- due than it can run): recorded skipped, as the leader records an
     -- instant missed so, unless another node ran it in time.
     self.pool:release()
     local s = M.session(self)
     if s then
-      local t, reg = skip_txn(self, run, s, format("misfire: not started within starting_deadline (%g s)", sd))
+      local t, reg = skip_txn(self, run, s, events.late_reason(run.spec))
       local r = self.batch:txn(t, nil, reg)
       if r and r.succeeded then
         log("info", "run skipped: not started within its starting_deadline", fields_of(self, run))
