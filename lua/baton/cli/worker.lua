@@ -13,15 +13,16 @@
 --   node -> worker  {"txn_done": N, "succeeded": bool} or
 --                   {"txn_done": N, "error": text, "code": code}
 --
--- ctx:put_fenced goes through the node: its write is a member of the
--- node's write batcher (node/batch.lua), guarded by the run's fence as it
--- would be alone (succeeded false: the claim is gone), and shares an etcd
--- request with the claims and ends of the node's other runs instead of
--- making one of its own. While the node is frozen it waits (the run is
--- ended if the node's lease may have expired); should the node be gone,
--- it fails (the claim goes with the node's session). The run's kept
--- output the worker writes itself: a chatty job's bytes stay out of the
--- conductor (docs/architecture.md, "A run's output").
+-- ctx:put_fenced of up to RELAY_MAX bytes goes through the node: its write
+-- is a member of the node's write batcher (node/batch.lua), guarded by the
+-- run's fence as it would be alone (succeeded false: the claim is gone),
+-- and shares an etcd request with the claims and ends of the node's other
+-- runs instead of making one of its own. While the node is frozen it waits
+-- (the run is ended if the node's lease may have expired); should the node
+-- be gone, it fails (the claim goes with the node's session). A larger put,
+-- and the run's kept output, the worker writes itself, with the same
+-- compare: a job's bulk stays out of the conductor, which nothing a job
+-- does may stall (docs/architecture.md, "A run's output").
 --
 -- A success is handed over (handoff, key job/id/attempt): the node records
 -- it, with the ends of its other runs in one etcd request (node/batch.lua),
@@ -59,6 +60,9 @@ local json = baton.json
 
 local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
 local HANDOFF = 1 -- seconds a success waits for the node to record it
+-- bytes (key and value) up to which ctx:put_fenced goes through the node;
+-- a larger put the worker makes itself, fenced the same way
+local RELAY_MAX = 8 * 1024
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
@@ -72,7 +76,6 @@ local relay = { ch = nil, n = 0, waiting = {} }
 -- the node (see the top of this file): {succeeded = bool} as etcd answered
 -- (false: the claim is gone), or nil, an error and its code.
 local function relay_txn(run, ops)
-  if not relay.ch then return nil, "ELOST: the worker has no node", "ELOST" end
   relay.n = relay.n + 1
   local n = relay.n
   local w = { cond = baton._cond() }
@@ -272,7 +275,15 @@ local function context(run, state, kept, values, list)
     if type(k) ~= "string" or type(v) ~= "string" then
       error("put_fenced: string key and value expected", 2)
     end
-    local r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
+    local r, err, code
+    if #k + #v <= RELAY_MAX then
+      r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
+    else
+      r, err, code = baton.etcd:txn {
+        compare = { { key = run.marker, target = "create", op = "==", value = run.fence } },
+        success = { { put = { key = k, value = v } } },
+      }
+    end
     if not r then return nil, err, code end
     if not r.succeeded then
       return nil, "ELOST: the run's claim was lost (node lease expired or run taken over)", "ELOST"
