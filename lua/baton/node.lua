@@ -17,6 +17,7 @@ local jobmod = require "baton.job"
 local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local batch = require "baton.node.batch"
+local board = require "baton.node.board"
 local heap = require "baton.heap"
 local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
@@ -154,7 +155,7 @@ local function fire_instant(self, name, j, fire)
         if self.stopping or self.jobs[name] ~= j or j.paused then return end
         runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
                            shard = runs.shard_of(spec, instant .. "/" .. i) },
-                   { after_others = a[i] ~= self.name })
+                   { turn = a[i] == self.name and "first" or "later" })
       end)
     end
     return
@@ -163,7 +164,7 @@ local function fire_instant(self, name, j, fire)
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
   local run = { job = name, id = instant, fire = fire, spec = spec }
   if spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
-  runs.start(self, run, { after_others = delay > 0 })
+  runs.start(self, run, { turn = delay > 0 and "later" or "first" })
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
@@ -788,6 +789,8 @@ function M.run(opts)
   self.e:observe(metrics.etcd_observer(self))
   -- Claims and ends of runs go to etcd together (node/batch.lua).
   self.batch = batch.new(self.e, function(n) self.metrics:batch_sent(n) end)
+  -- What the other nodes claimed lately (node/board.lua).
+  self.board = board.new(self)
   self.now = baton.now -- corrected from clock.start on (node/clock.lua)
   self.go = function(fn, ...) return baton.go(guarded(self, fn, false), ...) end
   self.forever = function(fn, ...) return baton.go(guarded(self, fn, true), ...) end
@@ -842,6 +845,7 @@ function M.run(opts)
   end)
 
   self.forever(follow, self)
+  self.board:start()
   self.forever(timetable_loop, self)
   self.forever(gc_tune, self)
 

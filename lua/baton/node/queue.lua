@@ -111,7 +111,7 @@ local function add(self, q, qs, key, value, rev, now, gen)
     delay = self.claim_delay(name, j.spec, key)
     if delay == nil then return end
   end
-  t = { key = key, value = value, rev = rev, ready = now + delay, gen = gen }
+  t = { key = key, value = value, rev = rev, ready = now + delay, gen = gen, later = delay > 0 }
   qs.tasks[key] = t
   heap.push(qs.heap, t, before)
   wake(qs)
@@ -135,6 +135,7 @@ local function run_task(self, qs, name, j, t)
                 task = { key = t.key, value = t.value } }
   runs.start(self, run, {
     force = true, -- tasks of one queue run in parallel by design
+    turn = t.later and "later" or "first", -- (the claims board: node/board.lua)
     -- the task is still there, as this node saw it
     extra_compare = { { key = t.key, target = "create", op = "==", value = t.rev } },
   })

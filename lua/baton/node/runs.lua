@@ -182,6 +182,13 @@ local function claimed_by(self, s, k, token)
   end
 end
 
+-- This node created the run key of run (claimed or skipped it): a run
+-- that other nodes go for in turn (opts.turn: M.start) goes on the claims
+-- board (node/board.lua).
+local function posted(self, run, opts)
+  if opts.turn then self.board:note(run.job, run.id) end
+end
+
 -- A failure branch that says whether active/ and the run key are there
 -- (a failed claim or skip reads it: M.claim, found).
 local function what_is_there(k)
@@ -331,6 +338,7 @@ function M.claim(self, run, opts)
     local st, sreg = skip()
     local sr = self.batch:txn(st, nil, sreg)
     if sr and sr.succeeded then
+      posted(self, run, opts)
       log("info", "run skipped: a previous run is still running", fields_of(self, run))
       self.metrics:skip(run.job, "concurrency")
       return nil
@@ -351,6 +359,7 @@ function M.claim(self, run, opts)
     log("info", "claim came back after the session was lost; not run", fields_of(self, run))
     return nil
   end
+  posted(self, run, opts)
   rec.fence = r.revision
   rec.mod_revision = r.revision
   run.session = s
@@ -621,19 +630,29 @@ end
 
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
--- ran it. opts.after_others: another node's turn for this instant came
--- first, and mostly it has it; a small read says so (taken) before a
--- claim is sent, which would cost the gateway the whole record to fail.
--- (The read comes after the slot, as the claim does: a busy node asks no
--- faster than it could run.)
+-- ran it. opts.turn, for a run that every eligible node goes for in turn
+-- (a scheduled instant or shard: node.lua, fire_instant; a queue task:
+-- node/queue.lua): "first", or "later" when another node's turn came
+-- first, and mostly it has the run. Then the claims board (node/board.lua)
+-- or, when it does not say, a small read (taken) says so before a claim is
+-- sent, which would cost the gateway the whole record to fail. (The read
+-- comes after the slot, as the claim does: a busy node asks no faster than
+-- it could run.) A node that claims or skips such a run posts it on the
+-- board.
 function M.start(self, run, opts)
+  opts = opts or {}
   -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
-  local fire = not run.task and not (opts and opts.prev) and run.fire or nil
-  if not self.pool:acquire(fire) then return false end
-  if opts and opts.after_others and taken(self, run.job, run.id) then
-    self.pool:release()
+  local fire = not run.task and not opts.prev and run.fire or nil
+  local later = opts.turn == "later"
+  local function lost()
     self.metrics:claim_lost(run.job) -- (another node has it)
     return false
+  end
+  if later and self.board:has(run.job, run.id) then return lost() end
+  if not self.pool:acquire(fire) then return false end
+  if later and (self.board:has(run.job, run.id) or taken(self, run.job, run.id)) then
+    self.pool:release()
+    return lost()
   end
   if fire and not run.manual and not events.in_time(run.spec, fire, self.now()) then
     -- Past its starting_deadline before a slot was free (a node with more
@@ -645,6 +664,7 @@ function M.start(self, run, opts)
       local t, reg = skip_txn(self, run, s, events.late_reason(run.spec))
       local r = self.batch:txn(t, nil, reg)
       if r and r.succeeded then
+        posted(self, run, opts)
         log("info", "run skipped: not started within its starting_deadline", fields_of(self, run))
         self.metrics:skip(run.job, "deadline")
       end
