@@ -49,6 +49,39 @@ local function posts(from_rev)
   return out
 end
 
+-- 0. A burst longer than a post goes in several, each run once.
+do
+  local board = require "baton.node.board"
+  local max = board.MAX_POST
+  board.MAX_POST = 3
+  local b = board.new { nodes = { a = {}, b = {} }, name = "a" }
+  for i = 1, 4 do b:note("j1", "i" .. i) end
+  b:note("j2", "x")
+  b:note("j3", "y")
+  local seen, sizes, posts = {}, {}, 0
+  while b.n > 0 and posts < 10 do
+    local v = baton.json.decode(b:take())
+    posts = posts + 1
+    local size = 0
+    for job, ids in pairs(v.runs) do
+      for _, id in ipairs(ids) do
+        seen[job .. "/" .. id] = (seen[job .. "/" .. id] or 0) + 1
+        size = size + 1
+      end
+    end
+    sizes[#sizes + 1] = size
+  end
+  board.MAX_POST = max
+  local all = {}
+  for k, n in pairs(seen) do all[#all + 1] = k .. "=" .. n end
+  table.sort(all)
+  T.is(table.concat(all, " "), "j1/i1=1 j1/i2=1 j1/i3=1 j1/i4=1 j2/x=1 j3/y=1", "6 noted runs, each posted once")
+  T.is(table.concat(sizes, ","), "3,3", "in 2 posts of at most 3")
+  local alone = board.new { nodes = { a = {} }, name = "a" }
+  alone:note("j1", "i1")
+  T.is(alone.n, 0, "a node alone notes nothing")
+end
+
 for i = 1, JOBS do
   c:put_job("t" .. i, [[
 return { schedule = "* * * * * *", concurrency = "allow", timeout = 10, run = function(ctx) end }]])

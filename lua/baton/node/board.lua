@@ -91,9 +91,10 @@ function B:learn(value)
 end
 
 -- Takes up to MAX_POST noted runs: the value of one post.
-local function take(self)
+function B:take()
   local runs_, n = {}, 0
   for job, list in pairs(self.notes) do
+    if n == M.MAX_POST then break end
     if n + #list <= M.MAX_POST then
       runs_[job], n = list, n + #list
       self.notes[job] = nil
@@ -119,7 +120,7 @@ local function post_loop(self)
     if self.n == 0 then self.cond:wait() end
     baton.sleep(M.EVERY)
     if self.n > 0 and not node.stopping then
-      local value = take(self)
+      local value = self:take()
       local s = runs.live(node)
       -- (without a live session the runs go unposted: later nodes read)
       if s then
