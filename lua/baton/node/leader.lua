@@ -564,9 +564,10 @@ function M.run(self)
   mf_start(self)
   local t0, njobs = baton.monotime(), 0
   for _ in pairs(self.jobs) do njobs = njobs + 1 end
-  M.misfires(self)
   -- (a term's first check reads every job's newest records: 64 jobs a
-  -- request; from then on a check costs only the jobs that came due)
+  -- request, a burst of garbage; from then on a check costs only the jobs
+  -- that came due)
+  self.gc_burst(M.misfires, self)
   local left = 0
   for _ in pairs(self.mf_todo or {}) do left = left + 1 end
   log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
