@@ -589,7 +589,8 @@ M.GC_STEPMUL = 200
 local function gc_burst(self, fn, ...)
   self.bursts = (self.bursts or 0) + 1
   if self.bursts == 1 then collectgarbage("setstepmul", M.GC_BURST_STEPMUL) end
-  local r = { pcall(fn, ...) }
+  -- (the traceback is taken where the error was raised, not here)
+  local r = { xpcall(fn, debug.traceback, ...) }
   self.bursts = self.bursts - 1
   if self.bursts == 0 then collectgarbage("setstepmul", M.GC_STEPMUL) end
   if not r[1] then error(r[2], 0) end
