@@ -99,32 +99,52 @@ local function decide(self, name, spec, fname, fields, ...)
   return res
 end
 
+-- The registered nodes (self.nodes, name -> its registration) as a list
+-- sorted by name, what policies get: built once per change of
+-- self.nodes (set_node), not for every instant.
 local function live_nodes(self)
-  local list = {}
+  local list = self.live_list
+  if list then return list end
+  list = {}
   for _, n in pairs(self.nodes) do list[#list + 1] = n end
   table.sort(list, function(a, b) return a.name < b.name end)
+  self.live_list = list
   return list
+end
+
+-- Notes node name's registration n (nil: it left).
+local function set_node(self, name, n)
+  self.nodes[name] = n
+  self.live_list = nil
 end
 
 ---------------------------------------------------------------------------
 -- instants and manual runs
 
--- The plain data a policy gets for a job. (Its retry table is a copy: the
--- spec's may be the one all jobs without a retry share, job.lua.)
+-- The plain data a policy gets for a job, made once per job version (a
+-- spec is never changed once compiled: a put compiles a new one). Its
+-- retry table is a copy: the spec's may be the one all jobs without a
+-- retry share (job.lua). Built-ins read it; stored policies get a copy
+-- (policy.call).
+local views = setmetatable({}, { __mode = "k" })
 local function job_view(name, spec)
+  local v = views[spec]
+  if v and v.name == name then return v end
   local r = spec.retry
-  return { name = name, labels = spec.labels, policy = spec.policy, schedule = spec.schedule,
-           queue = spec.queue, timezone = spec.timezone, timeout = spec.timeout,
-           concurrency = spec.concurrency, shards = spec.shards, on_node_loss = spec.on_node_loss,
-           retry = { attempts = r.attempts, backoff = r.backoff, max_backoff = r.max_backoff,
-                     jitter = r.jitter } }
+  v = { name = name, labels = spec.labels, policy = spec.policy, schedule = spec.schedule,
+        queue = spec.queue, timezone = spec.timezone, timeout = spec.timeout,
+        concurrency = spec.concurrency, shards = spec.shards, on_node_loss = spec.on_node_loss,
+        retry = { attempts = r.attempts, backoff = r.backoff, max_backoff = r.max_backoff,
+                  jitter = r.jitter } }
+  views[spec] = v
+  return v
 end
 
 -- Seconds this node waits before trying to claim key (nil: never), from
 -- the job's policy; a policy that fails falls back to the default.
 local function claim_delay(self, name, spec, key)
   local me = self.nodes[self.name] or { name = self.name, labels = self.labels }
-  return decide(self, name, spec, "claim_delay", { instant = tostring(key) },
+  return decide(self, name, spec, "claim_delay", { instant = key },
                 job_view(name, spec), key, live_nodes(self), me)
 end
 
@@ -137,34 +157,67 @@ local function assign_shards(self, name, spec, fire)
                 job_view(name, spec), spec.shards, live_nodes(self), fire) or {}
 end
 
--- One instant came due on this node, which may run the job (its policy's
--- claim_delay is not nil): wait that delay, then claim. A sharded job's
--- instant is one run per shard instead: this node claims the shards the
--- policy assigned to it at once, and the others after SHARD_GRACE (the
--- claim fails harmlessly for a shard another node has).
-local function fire_instant(self, name, j, fire)
-  local spec = j.spec
-  local delay = claim_delay(self, name, spec, fire)
-  if delay == nil then return end
-  local instant = util.instant(fire)
-  if (spec.shards or 1) > 1 then
-    local a = assign_shards(self, name, spec, fire)
-    for i = 1, spec.shards do
-      self.go(function()
-        if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
-        if self.stopping or self.jobs[name] ~= j or j.paused then return end
-        runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
-                           shard = runs.shard_of(spec, instant .. "/" .. i) },
-                   { turn = a[i] == self.name and "first" or "later" })
-      end)
-    end
-    return
-  end
-  if delay > 0 then baton.sleep(delay) end
+-- Claims one instant of job version j (id: util.instant(fire)) on this
+-- node's turn ("first" or "later", see runs.start).
+local function claim_instant(self, name, j, fire, id, turn)
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
-  local run = { job = name, id = instant, fire = fire, spec = spec }
-  if spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
-  runs.start(self, run, { turn = delay > 0 and "later" or "first" })
+  local run = { job = name, id = id, fire = fire, spec = j.spec }
+  if j.spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
+  runs.start(self, run, { turn = turn })
+end
+
+-- A sharded job's instant is one run per shard: this node claims the
+-- shards the policy assigned to it at once, and the others after
+-- SHARD_GRACE (the claim fails harmlessly for a shard another node has).
+local function claim_shards(self, name, j, fire)
+  local spec, instant = j.spec, util.instant(fire)
+  local a = assign_shards(self, name, spec, fire)
+  for i = 1, spec.shards do
+    self.go(function()
+      if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
+      if self.stopping or self.jobs[name] ~= j or j.paused then return end
+      runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
+                         shard = runs.shard_of(spec, instant .. "/" .. i) },
+                 { turn = a[i] == self.name and "first" or "later" })
+    end)
+  end
+end
+
+-- The turns heap (self.turns): this node's later turns at instants (the
+-- policy's claim_delay > 0), by monotonic due time. When one is due, the
+-- claims board mostly says that the first node has the run already, and
+-- the turn ends there.
+local function due_first(a, b) return a.at < b.at end
+
+-- One instant came due on this node (called by the timetable, without
+-- waiting): the policy's claim_delay says whether and when this node goes
+-- for it. The first in line claims at once; a later turn waits on the
+-- node's turns heap (served with the timetable, no coroutine or timer of
+-- its own until it is due and still open).
+local function instant_due(self, name, j, fire)
+  local delay = claim_delay(self, name, j.spec, fire)
+  if delay == nil then return end
+  if (j.spec.shards or 1) > 1 then
+    self.go(claim_shards, self, name, j, fire)
+  elseif delay == 0 then
+    self.go(claim_instant, self, name, j, fire, util.instant(fire), "first")
+  else
+    heap.push(self.turns, { at = baton.monotime() + delay, name = name, j = j, fire = fire },
+              due_first)
+  end
+end
+
+-- The turns of the heap that are due.
+local function turns_due(self)
+  local t, mono = self.turns, baton.monotime()
+  while t[1] and t[1].at <= mono do
+    local ev = heap.pop(t, due_first)
+    local id = util.instant(ev.fire)
+    if self.jobs[ev.name] == ev.j and not ev.j.paused and not runs.taken_elsewhere(self, ev.name, id) then
+      self.go(claim_instant, self, ev.name, ev.j, ev.fire, id, "later")
+    end
+  end
+  return t[1] and t[1].at - mono
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
@@ -247,13 +300,21 @@ local function timetable_loop(self)
     while h[1] and h[1].fire <= now do
       local ev = heap.pop(h, sooner)
       if self.jobs[ev.name] == ev.j then
-        if not ev.j.paused then self.go(fire_instant, self, ev.name, ev.j, ev.fire) end
         -- After a stall or a forward clock step, go on from now: the
         -- instants in between are the leader's misfire accounting.
         schedule(self, ev.name, ev.j, math.max(ev.fire, now - 1))
+        if not ev.j.paused then
+          local ok, err = xpcall(instant_due, debug.traceback, self, ev.name, ev.j, ev.fire)
+          if not ok then
+            log("error", "instant not taken here: deciding this node's turn failed",
+                { node = self.name, job = ev.name, instant = util.instant(ev.fire), error = err })
+          end
+        end
       end
     end
     local d = h[1] and h[1].fire - self.now() or 1
+    local t = turns_due(self)
+    if t and t < d then d = t end
     baton.sleep(d < 0 and 0 or d < 1 and d or 1)
   end
 end
@@ -502,10 +563,10 @@ local function list_all(self)
   log("info", "job store listed", { node = self.name, revision = rev_of_listing, jobs = njobs,
     loaded = l.loaded, reloaded = l.reloaded, rejected = l.rejected,
     removed = l.removed, pages = l.pages, seconds = floor((baton.monotime() - t0) * 1000) / 1000 })
-  self.nodes = {}
+  self.nodes, self.live_list = {}, nil
   for _, kv in ipairs(others[3].kvs) do
     local ok, n = pcall(json.decode, kv.value)
-    if ok and type(n) == "table" and n.name then self.nodes[n.name] = n end
+    if ok and type(n) == "table" and n.name then set_node(self, n.name, n) end
   end
   for _, kv in ipairs(others[4].kvs) do self.go(on_trigger, self, kv.key, kv.value) end
   for _, kv in ipairs(others[6].kvs) do
@@ -564,9 +625,9 @@ local function on_event(self, ev)
     end
     if ev.type == "put" then
       local ok, n = pcall(json.decode, ev.kv.value)
-      if ok and type(n) == "table" then self.nodes[name] = n end
+      if ok and type(n) == "table" then set_node(self, name, n) end
     else
-      self.nodes[name] = nil
+      set_node(self, name, nil)
       if name ~= self.name then self.go(leader.node_gone, self) end
     end
   end
@@ -806,7 +867,7 @@ function M.run(opts)
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
-    timetable = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
+    timetable = {}, turns = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
     metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))
@@ -853,7 +914,7 @@ function M.run(opts)
   end
   clock.start(self)
   self.pool = pool.new(self)
-  self.nodes[self.name] = { name = self.name, labels = self.labels }
+  set_node(self, self.name, { name = self.name, labels = self.labels })
   log("info", "node started", { node = self.name, lease = self.s.lease, ttl = self.ttl,
                                 prefix = self.P, trust = self.trust and table.concat(self.trust.ids, ",")
                                   or "unsigned code allowed", secrets_dir = self.secrets_dir })

@@ -628,10 +628,21 @@ local function taken(self, job, id)
   if c then return (c.count or 0) > 0 end
 end
 
+-- Whether another node has run id of job already (counted as a claim
+-- this node lost): the claims board (node/board.lua) says so or, with
+-- ask, a read does (taken).
+function M.taken_elsewhere(self, job, id, ask)
+  if self.board:has(job, id) or (ask and taken(self, job, id)) then
+    self.metrics:claim_lost(job)
+    return true
+  end
+  return false
+end
+
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
 -- ran it. opts.turn, for a run that every eligible node goes for in turn
--- (a scheduled instant or shard: node.lua, fire_instant; a queue task:
+-- (a scheduled instant or shard: node.lua, instant_due; a queue task:
 -- node/queue.lua): "first", or "later" when another node's turn came
 -- first, and mostly it has the run. Then the claims board (node/board.lua)
 -- or, when it does not say, a small read (taken) says so before a claim is
@@ -644,15 +655,11 @@ function M.start(self, run, opts)
   -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
   local fire = not run.task and not opts.prev and run.fire or nil
   local later = opts.turn == "later"
-  local function lost()
-    self.metrics:claim_lost(run.job) -- (another node has it)
-    return false
-  end
-  if later and self.board:has(run.job, run.id) then return lost() end
+  if later and M.taken_elsewhere(self, run.job, run.id) then return false end
   if not self.pool:acquire(fire) then return false end
-  if later and (self.board:has(run.job, run.id) or taken(self, run.job, run.id)) then
+  if later and M.taken_elsewhere(self, run.job, run.id, true) then
     self.pool:release()
-    return lost()
+    return false
   end
   if fire and not run.manual and not events.in_time(run.spec, fire, self.now()) then
     -- Past its starting_deadline before a slot was free (a node with more
