@@ -5,7 +5,7 @@
 set -u
 pkgs="libluajit-5.1-dev libuv1-dev libcurl4-openssl-dev libcjson-dev pkg-config
       etcd-server etcd-client tzdata openssl build-essential faketime dpkg-dev
-      libmicrohttpd-dev libsodium-dev libssl-dev prometheus chromium curl wrk"
+      libmicrohttpd-dev libsodium-dev libssl-dev libseccomp-dev prometheus chromium curl wrk"
 missing=""
 for p in $pkgs; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)

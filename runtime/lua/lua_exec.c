@@ -79,12 +79,12 @@ static const char *check_str(lua_State *L, int idx, const char *api,
   return s;
 }
 
-/* Builds the child's environment: the inherited one with the entries of
- * the env table (at idx) added or replacing those of the same name; an
- * entry set to false removes the variable. The strings are anchored in a
- * table and the pointer array is a userdata, both left on the stack.
- * Returns the array. */
-static char **build_env(lua_State *L, int idx, const char *api) {
+/* Builds the child's environment: the inherited one (none when inherit is
+ * 0) with the entries of the env table (at idx) added or replacing those
+ * of the same name; an entry set to false removes the variable. The
+ * strings are anchored in a table and the pointer array is a userdata,
+ * both left on the stack. Returns the array. */
+static char **build_env(lua_State *L, int idx, const char *api, int inherit) {
   int n_env = 0, n_tab = 0, i, k = 0, anchor;
   char **envp;
   char what[300];
@@ -110,7 +110,7 @@ static char **build_env(lua_State *L, int idx, const char *api) {
     n_tab++;
     lua_pop(L, 1);
   }
-  for (i = 0; environ[i]; i++) n_env++;
+  for (i = 0; inherit && environ[i]; i++) n_env++;
 
   lua_createtable(L, n_env + n_tab, 0);
   anchor = lua_gettop(L);
@@ -149,7 +149,7 @@ static char **build_env(lua_State *L, int idx, const char *api) {
 static void check_cmdline(lua_State *L, const char *api, const char *usage,
                           const char *const *opts, const char *optlist,
                           cmdline_t *c) {
-  int argc, i;
+  int argc, i, clear;
 
   memset(c, 0, sizeof(*c));
   if (lua_type(L, 1) != LUA_TTABLE)
@@ -199,12 +199,22 @@ static void check_cmdline(lua_State *L, const char *api, const char *usage,
   lua_getfield(L, 1, "cwd");
   if (!lua_isnil(L, -1)) c->cwd = check_str(L, -1, api, "cwd");
 
+  /* clear_env = true (where opts has it): env is the whole environment */
+  lua_getfield(L, 1, "clear_env");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+    luaL_error(L, "%s: clear_env must be a boolean (got %s)", api, luaL_typename(L, -1));
+  clear = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 1, "env");
-  if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TTABLE)
+  if (!lua_isnil(L, -1) || clear) {
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+    } else if (lua_type(L, -1) != LUA_TTABLE) {
       luaL_error(L, "%s: env must be a table (got %s)", api,
                  luaL_typename(L, -1));
-    c->envp = build_env(L, lua_gettop(L), api);
+    }
+    c->envp = build_env(L, lua_gettop(L), api, !clear);
   }
 }
 
@@ -995,12 +1005,13 @@ static proc_t *check_proc(lua_State *L) {
 }
 
 /* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null",
- * channel=true, output=}. With an output capture installed (a worker's run)
+ * channel=true, output=, argv0=, clear_env=true}. clear_env: the child
+ * inherits no variable, env is all it gets. With an output capture installed (a worker's run)
  * and output not false, an inherited stdout and stderr are pipes into it
  * instead. */
 static int l_spawn(lua_State *L) {
   static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", "output",
-                                     "argv0", NULL};
+                                     "argv0", "clear_env", NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[4];
   cmdline_t c;
@@ -1012,8 +1023,8 @@ static int l_spawn(lua_State *L) {
   const char *argv0 = NULL;
 
   check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=, "
-                "output=, argv0=}", opts, "env, cwd, stdio, channel, stop_signal, output or argv0",
-                &c);
+                "output=, argv0=, clear_env=}", opts,
+                "env, cwd, stdio, channel, stop_signal, output, argv0 or clear_env", &c);
   /* (left on the stack: it anchors the string) */
   lua_getfield(L, 1, "argv0");
   if (lua_type(L, -1) == LUA_TSTRING)

@@ -524,12 +524,52 @@ int bt_lua_open_core(lua_State *L) {
 
 /* ---- setup and teardown ------------------------------------------------ */
 
+/* The counting allocator of a sandbox (bt_rt_count_memory). */
+static int mem_counted;
+static size_t mem_used, mem_max;
+
+static void *counted_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  void *p;
+  (void) ud;
+  if (nsize == 0) {
+    free(ptr);
+    mem_used -= ptr ? osize : 0;
+    return NULL;
+  }
+  if (!ptr) osize = 0;
+  if (nsize > osize && mem_max && (nsize - osize > mem_max || mem_used > mem_max - (nsize - osize)))
+    return NULL;
+  p = realloc(ptr, nsize);
+  if (!p) return nsize <= osize ? ptr : NULL; /* (a shrink must not fail) */
+  mem_used = mem_used - osize + nsize;
+  return p;
+}
+
+void bt_rt_count_memory(size_t max) {
+  mem_counted = 1;
+  mem_max = max;
+}
+
+void bt_rt_memory_limit(size_t max) {
+  mem_max = max;
+}
+
+size_t bt_rt_memory_used(void) {
+  return mem_used;
+}
+
+static int on_panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "baton: unprotected Lua error: %s\n", msg ? msg : "?");
+  return 0;
+}
+
 static int open_baton(lua_State *L) {
   int (*opens[])(lua_State *) = {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
     bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
     bt_lua_open_chan, bt_lua_open_httpd, bt_lua_open_sign, bt_lua_open_hash,
-    NULL
+    bt_lua_open_sandbox, NULL
   };
   int i;
 
@@ -572,7 +612,8 @@ bt_rt_t *bt_rt_new(void) {
   }
   uv_idle_init(&rt->loop, &rt->idle);
   rt->idle.data = rt;
-  L = luaL_newstate();
+  L = mem_counted ? lua_newstate(counted_alloc, NULL) : luaL_newstate();
+  if (L && mem_counted) lua_atpanic(L, on_panic);
   if (!L) {
     bt_rt_free(rt);
     return NULL;

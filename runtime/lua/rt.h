@@ -38,6 +38,16 @@ typedef void (*bt_co_end_cb)(bt_co_t *co, const char *err, void *arg);
  * `baton` (also `require "baton"`). Returns NULL on failure. */
 bt_rt_t *bt_rt_new(void);
 
+/** For a sandbox (confine.h): the next bt_rt_new's Lua state allocates
+ * through a counting allocator that refuses to grow past max bytes in
+ * all, so that no Lua code can take more (Lua raises "not enough memory";
+ * the C calls it makes allocate through it too). Call before bt_rt_new;
+ * bt_rt_memory_limit changes the bound later (0: none). One per process. */
+void bt_rt_count_memory(size_t max);
+void bt_rt_memory_limit(size_t max);
+/** Bytes the counting allocator has given out (0 without it). */
+size_t bt_rt_memory_used(void);
+
 /** Runs the loop until no coroutine is left and nothing is pending, or
  * until bt_rt_stop. */
 void bt_rt_run(bt_rt_t *rt);

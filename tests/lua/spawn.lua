@@ -250,12 +250,12 @@ end
 -- misuse raises
 do
   T.error_like(function() baton.spawn("ls") end,
-    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=, argv0=}",
+    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=, argv0=, clear_env=}",
     "not a table")
   T.error_like(function() baton.spawn{} end,
     "^baton%.spawn: no command", "empty table")
   T.error_like(function() baton.spawn{"sleep", "1", timeout = 1} end,
-    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal, output or argv0%)",
+    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal, output, argv0 or clear_env%)",
     "timeout is not a spawn option")
   T.error_like(function() baton.spawn{"ls", stdio = "pipe"} end,
     '^baton%.spawn: stdio must be "inherit" or "null" %(got "pipe"%)',
@@ -400,6 +400,22 @@ do
   local q, msg = baton.spawn{"/nonexistent/prog", argv0 = "napping"}
   T.is(q, nil, "a missing command with argv0 fails")
   T.like(msg, "^ENOENT: /nonexistent/prog: ", "and the error names the command, not argv0")
+end
+
+-- clear_env: the child gets env and nothing it would have inherited
+do
+  local out = os.tmpname()
+  local p = assert(baton.spawn { "sh", "-c", "env > " .. out, clear_env = true, env = { ONLY = "this" } })
+  p:wait()
+  local fh = assert(io.open(out))
+  local text = fh:read("*a")
+  fh:close()
+  os.remove(out)
+  T.like(text, "ONLY=this\n", "clear_env: the env given is there")
+  T.unlike(text, "BATON_ENDPOINTS", "clear_env: nothing inherited (BATON_ENDPOINTS)")
+  T.unlike(text, "HOME=", "clear_env: nothing inherited (HOME)")
+  T.error_like(function() baton.spawn { "true", clear_env = "yes" } end,
+    "^baton%.spawn: clear_env must be a boolean %(got string%)", "clear_env: a boolean")
 end
 
 T.done()
