@@ -165,10 +165,102 @@ end
 
 local env_mt = { __index = function(_, k) return base_env()[k] end }
 
+-- The sandbox's environment (restricted = true, below): what stored code
+-- that nobody vouched for yet may reach while the sandbox describes it
+-- (docs/security.md, "The sandbox"): pure functions, no files, processes,
+-- network, debug, ffi, jit or collector settings; require only of baton's
+-- policy library; print goes nowhere. Each file gets views of its own, so
+-- rawset on one cannot reach another file's.
+local RESTRICTED_FUNCTIONS = {
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset",
+  "select", "setmetatable", "tonumber", "tostring", "type", "unpack", "xpcall",
+}
+local RESTRICTED_LIBS = {
+  string = { "byte", "char", "find", "format", "gmatch", "gsub", "len", "lower", "match", "rep",
+             "reverse", "sub", "upper" },
+  table = { "concat", "insert", "maxn", "remove", "sort" },
+  math = true, bit = true,
+  coroutine = { "create", "resume", "running", "status", "wrap", "yield" },
+  os = { "clock", "date", "difftime", "time", "getenv" },
+}
+-- What of baton is there: plain data and pure functions; the calls that
+-- wait are there only to say that they cannot.
+local RESTRICTED_BATON = { "json", "cron", "now", "monotime", "version" }
+local WAITING = { "sleep", "exec", "spawn", "http", "session", "mutex", "election", "signal", "go" }
+local function cannot_wait(name)
+  return function() error(name .. ": cannot wait here (not inside run)", 2) end
+end
+
+-- A read-only table of the listed fields of t (all of them: names = true).
+local function frozen(what, t, names)
+  local own = {}
+  if names == true then
+    for k, v in pairs(t) do own[k] = v end
+  else
+    for _, k in ipairs(names) do own[k] = t[k] end
+  end
+  return setmetatable({}, {
+    __index = own,
+    __newindex = function(_, k)
+      error(format("%s is shared and read-only: cannot set %s.%s", what, what, tostring(k)), 2)
+    end,
+    __metatable = false,
+  })
+end
+
+-- require in the sandbox: baton's policy library only, as read-only views
+-- (required[view] = the module's name: `return require "baton.policies.hash"`
+-- names a built-in policy as it is).
+local required = setmetatable({}, { __mode = "k" })
+local function restricted_require(name)
+  if type(name) ~= "string" or not name:find("^baton%.policies%.[%w_]+$") then
+    error(format("require %q is not available here: a job file's top level and a policy are "
+      .. "described in a sandbox that loads only baton's policy library (baton.policies.*); "
+      .. "require other modules inside run", tostring(name)), 2)
+  end
+  local v = frozen(name, require(name), true)
+  required[v] = name
+  return v
+end
+
+-- The module name of t when t is what the sandbox's require returned.
+function M.required_name(t) return required[t] end
+
+local function restricted_getmetatable(v)
+  if type(v) ~= "table" then return nil end -- (the string metatable is the process's)
+  return getmetatable(v)
+end
+
+local function restricted_env()
+  local b = {}
+  for _, k in ipairs(RESTRICTED_FUNCTIONS) do b[k] = rawget(_G, k) end
+  b.getmetatable = restricted_getmetatable
+  b.require = restricted_require
+  b.print = function() end
+  for lib, names in pairs(RESTRICTED_LIBS) do b[lib] = frozen(lib, rawget(_G, lib), names) end
+  local bt = {}
+  for _, k in ipairs(RESTRICTED_BATON) do bt[k] = baton[k] end
+  for _, k in ipairs(WAITING) do bt[k] = cannot_wait("baton." .. k) end
+  bt.etcd = setmetatable({}, { __index = function(_, k) return cannot_wait("baton.etcd:" .. tostring(k)) end,
+                               __newindex = function() error("baton is shared and read-only", 2) end,
+                               __metatable = false })
+  bt.config = frozen("baton.config", { prefix = (baton.config or {}).prefix }, true)
+  b.baton = frozen("baton", bt, true)
+  b._VERSION = _VERSION
+  return b
+end
+
 -- A fresh global table for one job: reads fall through to the shared
--- views, writes stay in it, and _G is the job's own table.
-function M.new_env()
-  local env = setmetatable({}, env_mt)
+-- views, writes stay in it, and _G is the job's own table. restricted:
+-- the sandbox's environment instead (above).
+function M.new_env(restricted)
+  local env
+  if restricted then
+    local b = restricted_env()
+    env = setmetatable({}, { __index = b })
+  else
+    env = setmetatable({}, env_mt)
+  end
   env._G = env
   return env
 end
@@ -199,6 +291,14 @@ local function load_error(err)
   if err == BUDGET_MSG then
     return format("the file ran for more than %d Lua instructions while loading "
       .. "(an endless loop?); a job file should only build and return its table", M.LOAD_BUDGET)
+  end
+  if err == sandbox.TIME_MSG then
+    return format("the file ran for more than %g seconds while loading (an endless loop?); "
+      .. "a job file should only build and return its table", sandbox.TIME_LIMIT)
+  end
+  if err:find("not enough memory", 1, true) then
+    return format("the file used more than %d MB of memory while loading; a job file should only "
+      .. "build and return its table", math.floor(sandbox.MEMORY / 2^20))
   end
   if err:find("cannot wait here", 1, true) or err:find("yield across", 1, true) then
     local fn = err:match("([%w_.:]+): cannot wait here") or "a waiting call"
@@ -651,19 +751,17 @@ end
 ---------------------------------------------------------------------------
 -- the API
 
--- job.load(source, name [, revision [, chunkname]]) --> spec
--- | nil, "EINVAL: job NAME: ...", "EINVAL". Raises on misuse (source or
--- name not a string). chunkname is what error positions name (default
--- "jobs/NAME").
-function M.load(source, name, revision, chunkname)
+-- job.run_file(source, name [, chunkname [, restricted]]) --> true, what
+-- the file returned, its environment | nil, "EINVAL: job NAME: ...",
+-- "EINVAL". Compiles source text (never bytecode) into an environment of
+-- its own (the sandbox's when restricted) and runs the chunk under the
+-- load budget, where no waiting call is possible. Raises on misuse.
+function M.run_file(source, name, chunkname, restricted)
   if type(source) ~= "string" then
     error(format("bad argument #1 to 'load' (string expected, got %s)", type(source)), 2)
   end
   if type(name) ~= "string" then
     error(format("bad argument #2 to 'load' (string expected, got %s)", type(name)), 2)
-  end
-  if revision ~= nil and type(revision) ~= "number" then
-    error(format("bad argument #3 to 'load' (number expected, got %s)", type(revision)), 2)
   end
   if not M.valid_name(name) then
     return nil, format("EINVAL: invalid job name %s (letters, digits, '_', '.', '-'; "
@@ -674,10 +772,19 @@ function M.load(source, name, revision, chunkname)
   end
   local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name)))
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
-  local env = M.new_env()
+  local env = M.new_env(restricted)
   setfenv(chunk, env)
   local ok, t = bounded_call(chunk)
   if not ok then return fail(name, load_error(t)) end
+  return true, t, env
+end
+
+-- job.from_table(t, name [, revision]) --> spec | nil, "EINVAL: job NAME:
+-- ...", "EINVAL": the table a job file returned, validated, as a spec
+-- (defaults filled, see DEFAULTS and docs/jobs.md). t may be the
+-- sandbox's plain copy of it (baton.sandbox.decode): its functions are
+-- stand-ins, so such a spec describes the job but cannot run it.
+function M.from_table(t, name, revision)
   if type(t) ~= "table" then
     return fail(name, "the file must return a table ({schedule = ..., run = function(ctx) ... end}), got "
       .. typename(t))
@@ -696,19 +803,32 @@ function M.load(source, name, revision, chunkname)
   local spec, verr = validate(t, name)
   if not spec then return fail(name, verr) end
   spec.revision = revision
-  spec.env = env
   return finish(spec)
 end
 
+-- job.load(source, name [, revision [, chunkname]]) --> spec
+-- | nil, "EINVAL: job NAME: ...", "EINVAL": run_file, then from_table, in
+-- this process (a worker, which runs the job: spec.run is the job's own).
+-- Raises on misuse. chunkname is what error positions name (default
+-- "jobs/NAME"). Code stored in etcd is loaded through baton.stored, which
+-- verifies it first.
+function M.load(source, name, revision, chunkname)
+  if revision ~= nil and type(revision) ~= "number" then
+    error(format("bad argument #3 to 'load' (number expected, got %s)", type(revision)), 2)
+  end
+  local ok, t, env = M.run_file(source, name, chunkname)
+  if not ok then return nil, t, env end
+  local spec, err, ecode = M.from_table(t, name, revision)
+  if not spec then return nil, err, ecode end
+  spec.env = env
+  return spec
+end
+
 -- True if the table a file returns looks like a scheduling policy (one of
--- the policy functions and no run).
-function M.looks_like_policy(source)
-  if type(source) ~= "string" or byte(source, 1) == 27 then return false end
-  local chunk = loadstring(source, "=policy")
-  if not chunk then return false end
-  setfenv(chunk, M.new_env())
-  local ok, t = bounded_call(chunk)
-  if not ok or type(t) ~= "table" or t.run ~= nil then return false end
+-- the policy functions and no run): {names of those functions} or false.
+-- t: what the file returned (run_file, or the sandbox's copy).
+function M.looks_like_policy(t)
+  if type(t) ~= "table" or t.run ~= nil then return false end
   local found = {}
   for _, f in ipairs(M.POLICY_FUNCTIONS) do
     if type(t[f]) == "function" then found[#found + 1] = f end

@@ -13,7 +13,7 @@
 -- the elected leader (orphaned runs, misfires, history): node/leader.lua.
 -- Queue jobs: node/queue.lua.
 local baton = require "baton"
-local jobmod = require "baton.job"
+local stored = require "baton.stored"
 local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local batch = require "baton.node.batch"
@@ -189,12 +189,12 @@ end
 -- the turn ends there.
 local function due_first(a, b) return a.at < b.at end
 
--- One instant came due on this node (called by the timetable, without
--- waiting): the policy's claim_delay says whether and when this node goes
--- for it. The first in line claims at once; a later turn waits on the
--- node's turns heap (served with the timetable, no coroutine or timer of
--- its own until it is due and still open).
-local function instant_due(self, name, j, fire)
+-- This node's turn at an instant of job version j that came due at
+-- monotonic time asked: the policy's claim_delay says whether and when
+-- this node goes for it. The first in line claims at once; a later turn
+-- waits on the node's turns heap (served with the timetable, no coroutine
+-- or timer of its own until it is due and still open).
+local function take_turn(self, name, j, fire, asked)
   local delay = claim_delay(self, name, j.spec, fire)
   if delay == nil then return end
   if (j.spec.shards or 1) > 1 then
@@ -202,8 +202,18 @@ local function instant_due(self, name, j, fire)
   elseif delay == 0 then
     self.go(claim_instant, self, name, j, fire, util.instant(fire), "first")
   else
-    heap.push(self.turns, { at = baton.monotime() + delay, name = name, j = j, fire = fire },
-              due_first)
+    heap.push(self.turns, { at = asked + delay, name = name, j = j, fire = fire }, due_first)
+  end
+end
+
+-- One instant came due on this node (called by the timetable, without
+-- waiting). A stored policy decides in the node's sandbox (stored.lua):
+-- that answer is waited for in a coroutine of its own.
+local function instant_due(self, name, j, fire)
+  if policymod.is_remote(policy_for(self, j.spec)) then
+    self.go(take_turn, self, name, j, fire, baton.monotime())
+  else
+    take_turn(self, name, j, fire, baton.monotime())
   end
 end
 
@@ -376,19 +386,15 @@ local function put_status(self, name, rev, err, running)
                           time = baton.now() } } })
 end
 
--- Loads version rev of job name (source) unless it is loaded already.
--- During a listing (self.listing: counts for its summary line), a job
--- loaded for the first time is counted instead of logged one line each;
--- reloads and rejections are logged one by one as always.
-local function apply_job(self, name, source, rev)
+-- What describing version kv of job name gave (stored.job: the spec, or
+-- the error: invalid, untrusted), applied. During a listing
+-- (self.listing: counts for its summary line), a job loaded for the first
+-- time is counted instead of logged one line each; reloads and rejections
+-- are logged one by one as always.
+local function finish_job(self, name, kv, spec, err)
+  local rev, source = kv.mod_revision, kv.value
   local cur = self.jobs[name]
-  if cur and cur.spec.revision == rev then return end
   self.store_version = self.store_version + 1 -- (what GET /api/v1/jobs lists changed)
-  -- (with --trust, a source no trusted key signed is rejected like one
-  -- that does not load: err = "untrusted: ...")
-  local spec, err
-  if self.trust then _, err = sign.verify(self.trust, "job", name, source) end
-  if not err then spec, err = jobmod.load(source, name, rev) end
   local listing = self.listing
   if not spec then
     if self.bad[name] ~= rev then
@@ -402,7 +408,9 @@ local function apply_job(self, name, source, rev)
     return
   end
   self.bad[name] = nil
-  spec.source = source -- (sent with a run to a worker that has not seen it: runs.lua)
+  -- (sent with a run to a worker that has not seen it, with what its
+  -- signature is checked against there: runs.lua)
+  spec.source, spec.created, spec.version = source, kv.create_revision, kv.version
   local j = { spec = spec, paused = self.paused[name] or false,
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
@@ -413,7 +421,7 @@ local function apply_job(self, name, source, rev)
   else
     if listing then listing.reloaded = listing.reloaded + 1 end
     log("info", cur and "job reloaded" or "job loaded", { job = name, revision = rev,
-      signed_by = self.trust and sign.signer(source) or nil,
+      signed_by = stored.trusting() and sign.signer(source) or nil,
       schedule = spec.schedule or (spec.queue and "queue:" .. spec.queue) or "on events" })
   end
   put_status(self, name, rev, nil)
@@ -427,18 +435,47 @@ local function apply_job(self, name, source, rev)
   end
 end
 
+-- Whether kv (a put of P jobs/<name>) needs describing: not when that
+-- revision is loaded or was rejected already, nor for a signed put's
+-- placeholder (sign.PLACEHOLDER: the signed source follows). Notes it as
+-- the revision wanted, so that an answer for an older one is dropped.
+local function wants(self, name, kv)
+  local rev, cur = kv.mod_revision, self.jobs[name]
+  if (cur and cur.spec.revision == rev) or self.bad[name] == rev or kv.value == sign.PLACEHOLDER then
+    return false
+  end
+  self.want[name] = rev
+  return true
+end
+
+-- Loads version kv of job name unless it is loaded already: described in
+-- the sandbox (stored.job verifies it first on a --trust node), which the
+-- watch's coroutine waits for. A later put or a delete of the job while it
+-- waits wins (self.want).
+local function apply_job(self, name, kv)
+  if not wants(self, name, kv) then return end
+  local spec, err = stored.job(name, kv)
+  if self.want[name] ~= kv.mod_revision then return end
+  finish_job(self, name, kv, spec, err)
+end
+
 local function put_policy_status(self, name, rev, err)
   self.e:put(self.P .. "policy-status/" .. name .. "/" .. self.name,
              json.encode { revision = rev, error = err or json.null, time = baton.now() })
 end
 
--- A policy put: load it, swap it in at once, or keep the last good version.
-local function apply_policy(self, name, source, rev)
+-- A policy put: load it into the node's deciding sandbox (stored.policy,
+-- which verifies it first on a --trust node), swap it in at once, or keep
+-- the last good version.
+local function apply_policy(self, name, kv)
+  local rev, source = kv.mod_revision, kv.value
   local cur = self.policies[name]
-  if cur and cur.revision == rev then return end
-  local mod, err
-  if self.trust then _, err = sign.verify(self.trust, "policy", name, source) end
-  if not err then mod, err = policymod.load(source, name) end
+  if (cur and cur.revision == rev) or self.bad_policies[name] == rev or source == sign.PLACEHOLDER then
+    return
+  end
+  self.want_policy[name] = rev
+  local mod, err = stored.policy(name, kv, { role = "decide" })
+  if self.want_policy[name] ~= rev then return end
   if not mod then
     if self.bad_policies[name] ~= rev then
       self.bad_policies[name] = rev
@@ -449,15 +486,20 @@ local function apply_policy(self, name, source, rev)
     return
   end
   self.bad_policies[name] = nil
+  if cur then stored.release(cur.mod) end
   self.policies[name] = { mod = mod, revision = rev }
   log("info", cur and "policy reloaded" or "policy loaded", { policy = name, revision = rev,
-    signed_by = self.trust and sign.signer(source) or nil })
+    signed_by = stored.trusting() and sign.signer(source) or nil })
   put_policy_status(self, name, rev, nil)
 end
 
 local function remove_policy(self, name)
-  if self.policies[name] then log("info", "policy removed", { policy = name }) end
+  if self.policies[name] then
+    log("info", "policy removed", { policy = name })
+    stored.release(self.policies[name].mod)
+  end
   self.policies[name] = nil
+  self.want_policy[name] = nil
   self.bad_policies[name] = nil
   self.e:delete(self.P .. "policy-status/" .. name .. "/" .. self.name)
 end
@@ -467,6 +509,7 @@ local function remove_job(self, name)
   if self.listing then self.listing.removed = self.listing.removed + 1 end
   self.store_version = self.store_version + 1
   self.jobs[name] = nil
+  self.want[name] = nil
   self.metrics:forget("job_name", name)
   events.note(self, name, nil)
   self.bad[name] = nil
@@ -512,7 +555,7 @@ local function list_all(self)
   for _, kv in ipairs(r.responses[5].kvs) do
     local name = kv.key:sub(#P + 10)
     pseen[name] = true
-    apply_policy(self, name, kv.value, kv.mod_revision)
+    apply_policy(self, name, kv)
   end
   for name in pairs(self.policies) do if not pseen[name] then remove_policy(self, name) end end
   local seen, paused = {}, {}
@@ -537,11 +580,20 @@ local function list_all(self)
         nxt = { p2, e2, c2 }
       end)
     end
+    -- (described in the sandbox together: one round trip for the page)
+    local todo = {}
     for i = 1, #kvs do
       local kv = kvs[i]
       local name = kv.key:sub(#P + 6)
       seen[name] = true
-      apply_job(self, name, kv.value, kv.mod_revision)
+      if wants(self, name, kv) then todo[#todo + 1] = { name = name, kv = kv } end
+    end
+    local described = stored.jobs(todo)
+    for i, item in ipairs(todo) do
+      if self.want[item.name] == item.kv.mod_revision then
+        local d = described[i]
+        finish_job(self, item.name, item.kv, d.spec, d.error)
+      end
     end
     flush_status(self)
     if not page.more or #kvs == 0 then break end
@@ -585,13 +637,13 @@ local function on_event(self, ev)
   local P, key = self.P, ev.kv.key
   if key:sub(1, #P + 5) == P .. "jobs/" then
     local name = key:sub(#P + 6)
-    if ev.type == "put" then apply_job(self, name, ev.kv.value, ev.kv.mod_revision)
+    if ev.type == "put" then apply_job(self, name, ev.kv)
     else remove_job(self, name) end
   elseif key:sub(1, #P + 7) == P .. "paused/" then
     set_paused(self, key:sub(#P + 8), ev.type == "put")
   elseif key:sub(1, #P + 9) == P .. "policies/" then
     local name = key:sub(#P + 10)
-    if ev.type == "put" then apply_policy(self, name, ev.kv.value, ev.kv.mod_revision)
+    if ev.type == "put" then apply_policy(self, name, ev.kv)
     else remove_policy(self, name) end
   elseif key:sub(1, #P + 8) == P .. "trigger/" then
     if ev.type == "put" then
@@ -826,6 +878,7 @@ local function stop(self, sig)
   deadline = baton.monotime() + self.grace
   while self.executing > 0 and baton.monotime() < deadline do baton.sleep(0.05) end
   http.stop(self) -- (/readyz said 503 "stopping" until now)
+  stored.close()
   self.s:close()
   log("info", "node stopped", { node = self.name })
 end
@@ -868,6 +921,7 @@ function M.run(opts)
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
     timetable = {}, turns = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
+    want = {}, want_policy = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
     metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))
@@ -890,6 +944,7 @@ function M.run(opts)
   -- --trust: only signed jobs and policies load (sign.lua); what the node
   -- publishes of it, for baton nodes: {signed = false} runs unsigned code.
   self.trust = opts.trust
+  stored.configure { trust = opts.trust, prefix = self.P }
   -- --secrets-dir: where its workers read the jobs' secrets (node/secrets.lua)
   self.secrets_dir = opts.secrets_dir
   self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }

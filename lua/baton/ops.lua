@@ -30,6 +30,7 @@ local cycles = require "baton.cli.cycles"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
 local sign = require "baton.sign"
+local stored = require "baton.stored"
 local versions = require "baton.versions"
 
 local json = baton.json
@@ -131,21 +132,21 @@ end
 
 -- A job's spec at revision rev: the caller's (spec_for(name, rev), the
 -- node's loaded spec, or nil, err for a version it knows does not load) or
--- compiled from value (read at rev when value is nil). Returns spec or
--- nil, err.
-local function spec_at(name, rev, value, spec_for)
+-- described by the sandbox from kv (read at rev when kv has no value):
+-- stored.job, which verifies first where the process trusts keys. Returns
+-- spec or nil, err.
+local function spec_at(name, rev, kv, spec_for)
   if spec_for then
     local s, serr = spec_for(name, rev)
     if s then return s end
     if serr then return nil, serr end
   end
-  if value == nil then
+  if not kv or kv.value == nil or kv.value == "" then
     local r, err = etcd():get(U.key("jobs", name), { revision = rev })
-    local kv = r and r.kvs[1]
+    kv = r and r.kvs[1]
     if not kv then return nil, err or ("ENOENT: job " .. name .. " at revision " .. tostring(rev)) end
-    value = kv.value
   end
-  return job.load(value, name, rev)
+  return stored.job(name, kv)
 end
 
 -- The description of one stored job that ls lists and show starts from,
@@ -154,7 +155,7 @@ end
 -- schedule and next instant are shown, with d.running_revision. kv may
 -- come without its value (keys_only); spec_for: see spec_at.
 local function describe(name, kv, paused, status_list, spec_for)
-  local spec, verr = spec_at(name, kv.mod_revision, kv.value ~= "" and kv.value or nil, spec_for)
+  local spec, verr = spec_at(name, kv.mod_revision, kv, spec_for)
   local d = {
     name = name, revision = kv.mod_revision, paused = paused or false, broken = false,
   }
@@ -252,8 +253,8 @@ function M.jobs_view(opts)
   local missing = {}
   for _, kv in ipairs(r.responses[1].kvs) do
     local name = kv.key:sub(#jpfx + 1)
-    view.jobs[#view.jobs + 1] = { name = name, revision = kv.mod_revision,
-                                  value = not opts.keys_only and kv.value or nil }
+    view.jobs[#view.jobs + 1] = { name = name, revision = kv.mod_revision, created = kv.create_revision,
+                                  version = kv.version, value = not opts.keys_only and kv.value or nil }
     if not has_last[name] then missing[#missing + 1] = name end
   end
   if #missing > 0 then
@@ -294,10 +295,29 @@ function M.list_jobs(opts)
     view, err, code = M.jobs_view { keys_only = spec_for ~= nil }
     if not view then return nil, err, code end
   end
+  if not spec_for then
+    -- (the sandbox describes them all in as few round trips as it can)
+    local todo = {}
+    for _, j in ipairs(view.jobs) do
+      if j.value then
+        todo[#todo + 1] = { name = j.name, kv = { value = j.value, mod_revision = j.revision,
+                                                  create_revision = j.created, version = j.version } }
+      end
+    end
+    local described, by = stored.jobs(todo), {}
+    for i, item in ipairs(todo) do
+      by[item.name] = { rev = item.kv.mod_revision, spec = described[i].spec, error = described[i].error }
+    end
+    spec_for = function(name, rev)
+      local d = by[name]
+      if d and d.rev == rev then return d.spec, d.error end
+    end
+  end
   local list, soonest = {}, nil
   local P, every = U.key("jobs") .. "/", opts.yield_every
   for i, j in ipairs(view.jobs) do
-    local d, _, nf = describe(j.name, { key = P .. j.name, mod_revision = j.revision, value = j.value or "" },
+    local d, _, nf = describe(j.name, { key = P .. j.name, mod_revision = j.revision, value = j.value or "",
+                                         create_revision = j.created, version = j.version },
       view.paused[j.name], view.status[j.name], spec_for)
     d.last = view.last[j.name]
     list[i] = d
@@ -502,17 +522,36 @@ local function unknown_policy(spec)
       or "; baton policy ls lists them")
 end
 
+-- A source about to be stored, as stored.job / stored.policy take it: in a
+-- process that trusts keys (a node's API with --trust), verified first,
+-- for the place its signature names (it is stored there only: see
+-- store_source); anywhere else, the caller's own text. Returns kv, opts,
+-- or nil, err, code when it is not trusted here.
+local function incoming(kind, name, source, chunkname)
+  local kv = { value = source }
+  if not stored.trusting() then return kv, { file = true, chunkname = chunkname } end
+  kv.create_revision, kv.version = sign.binding(source)
+  local ok, err = stored.verify(kind, name, kv)
+  if not ok then
+    return fail(format("EACCES: %s; this node runs only code signed by its --trust keys, so nothing was "
+      .. "stored", err), "EACCES")
+  end
+  return kv, { chunkname = chunkname }
+end
+
 -- check_job(name, source [, chunkname]) --> spec, after everything job put
--- checks before it writes: size, compile and spec (job.load), a policy
--- that exists, no cycle of `on` triggers through the stored jobs. chunkname
--- is what error positions name (a file).
+-- checks before it writes: size, compile and spec (in the sandbox:
+-- stored.job), a policy that exists, no cycle of `on` triggers through
+-- the stored jobs. chunkname is what error positions name (a file).
 function M.check_job(name, source, chunkname)
   local ok, nerr, ncode = check_name("job", name)
   if not ok then return nil, nerr, ncode end
   if type(source) ~= "string" then return fail("EINVAL: the job source must be a string", "EINVAL") end
   local big = too_big("job", name, #source)
   if big then return fail(big, "EFBIG") end
-  local spec, verr = job.load(source, name, nil, chunkname)
+  local kv, kopts, kcode = incoming("job", name, source, chunkname)
+  if not kv then return nil, kopts, kcode end
+  local spec, verr = stored.job(name, kv, kopts)
   if not spec then return invalid(verr) end
   local perr, eerr, ecode = unknown_policy(spec)
   if perr == nil then return nil, eerr, ecode end
@@ -523,41 +562,140 @@ function M.check_job(name, source, chunkname)
   return spec
 end
 
--- Stores a checked source of a job or policy (kind) at P jobs/<name> or
--- P policies/<name>: signed first by opts.sign (a secret key, sign.lua;
--- the signature line, a Lua comment, changes nothing the checks saw), only
--- if the stored one is at mod revision opts.revision when that is given
--- (0: only if there is none), then recorded in the version log
--- (baton.versions: opts.author, opts.keep, opts.op). Returns {name, key,
--- revision, created, signed_by} and the version log's warning (nil when
--- it was recorded), or nil, err, code (EFBIG, EEXIST / ECONFLICT when
--- opts.revision did not hold; nothing stored).
-local function store_source(kind, name, source, opts)
-  if opts.sign then
-    source = sign.sign(kind, name, source, opts.sign)
-    local big = too_big(kind, name, #source)
-    if big then return fail(big, "EFBIG") end
+-- The compare of a put that must find the key in the state given: at mod
+-- revision rev (0: absent), or created at c and at version v - 1.
+local function where_compare(key, rev, c, v)
+  local cmp = {}
+  if rev then cmp[#cmp + 1] = { key = key, target = "mod", op = "==", value = rev } end
+  if c then
+    cmp[#cmp + 1] = { key = key, target = "create", op = "==", value = c }
+    cmp[#cmp + 1] = { key = key, target = "version", op = "==", value = v - 1 }
   end
-  local key, rev = U.key(kind == "job" and "jobs" or "policies", name), opts.revision
-  local r, err, code = etcd():txn {
-    compare = rev and { { key = key, target = "mod", op = "==", value = rev } } or {},
-    success = { { put = { key = key, value = source, prev_kv = true } } },
-    failure = { { get = { key = key, keys_only = true } } },
-  }
-  if not r then return nil, err, code end
-  if not r.succeeded then
-    local cur = r.responses[1].kvs[1]
-    if rev == 0 then
-      return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name, cur.mod_revision),
-        "EEXIST")
-    end
+  return cmp
+end
+
+-- The key's state for a signed put: the current kv, after making the
+-- placeholder a new key starts with (sign.lua); nil, err, code. rev: the
+-- caller's precondition (a placeholder counts as no key).
+local function signing_base(kind, name, key, rev)
+  local e = etcd()
+  local g, err, code = e:get(key)
+  if not g then return nil, err, code end
+  local cur = g.kvs[1]
+  local absent = not cur or cur.value == sign.PLACEHOLDER
+  if rev == 0 and not absent then
+    return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name, cur.mod_revision),
+      "EEXIST")
+  elseif rev and rev ~= 0 and (absent or cur.mod_revision ~= rev) then
     return fail(format("ECONFLICT: %s %s is %s, not at revision %d; nothing was stored", kind, name,
-      cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
+      absent and "not stored" or format("at revision %d", cur.mod_revision), rev), "ECONFLICT")
+  end
+  if cur then return cur end
+  local t, terr, tcode = e:txn {
+    compare = { { key = key, target = "create", op = "==", value = 0 } },
+    success = { { put = { key = key, value = sign.PLACEHOLDER } } },
+  }
+  if not t then return nil, terr, tcode end
+  if not t.succeeded then return false end -- (created meanwhile: look again)
+  return { key = key, value = sign.PLACEHOLDER, create_revision = t.revision, mod_revision = t.revision,
+           version = 1 }
+end
+
+-- Stores a checked source of a job or policy (kind) at P jobs/<name> or
+-- P policies/<name>, only if the stored one is at mod revision opts.revision
+-- when that is given (0: only if there is none), then records it in the
+-- version log (baton.versions: opts.author, opts.keep, opts.op).
+--   opts.sign (a secret key, sign.lua): signed first, for the next version
+--   of the key as it is (a new key is created holding sign.PLACEHOLDER
+--   first; the signature line, a Lua comment, changes nothing the checks
+--   saw); tried again should another put come in between.
+--   A source signed already is stored only where its signature says: as
+--   version V of the key created at revision C, else ECONFLICT.
+-- Returns {name, key, revision, created, signed_by} and the version log's
+-- warning (nil when it was recorded), or nil, err, code (EFBIG, EEXIST /
+-- ECONFLICT when opts.revision or the signature's place did not hold;
+-- nothing stored).
+local function store_source(kind, name, source, opts)
+  local key, rev = U.key(kind == "job" and "jobs" or "policies", name), opts.revision
+  local r, err, code
+  for _ = 1, 5 do
+    local text, c, v = source, nil, nil
+    if opts.sign then
+      local base, berr, bcode = signing_base(kind, name, key, rev)
+      if base == nil then return nil, berr, bcode end
+      if base then
+        c, v = sign.sign_for(base)
+        text = sign.sign(kind, name, source, opts.sign,
+                         { prefix = U.prefix(), create_revision = c, version = v })
+        local big = too_big(kind, name, #text)
+        if big then return fail(big, "EFBIG") end
+      end
+    else
+      c, v = sign.binding(source)
+    end
+    if not opts.sign or c then
+      r, err, code = etcd():txn {
+        compare = where_compare(key, not opts.sign and rev or nil, c, v),
+        success = { { put = { key = key, value = text, prev_kv = true } } },
+        failure = { { get = { key = key, keys_only = true } } },
+      }
+      if not r then return nil, err, code end
+      if r.succeeded then source = text; break end
+      local cur = r.responses[1].kvs[1]
+      if c and not opts.sign then
+        local now = not cur and "not there"
+          or cur.create_revision ~= c and format("created at revision %d (a %s put back after it was removed?)",
+            cur.create_revision, kind)
+          or cur.version >= v and format("at version %d already (a source stored before, put again?)", cur.version)
+          or format("at version %d", cur.version)
+        return fail(format("ECONFLICT: the source is signed for version %d of %s created at revision %d, and "
+          .. "that key is %s; sign it again (baton %s put --sign, or baton %s sign); nothing was stored", v, key,
+          c, now, kind, kind), "ECONFLICT")
+      elseif not opts.sign then
+        if rev == 0 then
+          return fail(format("EEXIST: %s %s exists (revision %d); nothing was stored", kind, name,
+            cur.mod_revision), "EEXIST")
+        end
+        return fail(format("ECONFLICT: %s %s is %s, not at revision %d; nothing was stored", kind, name,
+          cur and format("at revision %d", cur.mod_revision) or "not stored", rev), "ECONFLICT")
+      end
+    end
+    r = nil -- (another put came in between: sign again)
+  end
+  if not r then
+    return fail(format("ECONFLICT: %s %s kept changing while it was signed; nothing was stored", kind, name),
+      "ECONFLICT")
   end
   local prev = r.responses[1].prev_kv
+  if prev and prev.value == sign.PLACEHOLDER then prev = nil end
   local vok, verr = versions.record(kind, name, r.revision, source, opts, prev)
   return { name = name, key = key, revision = r.revision, created = prev == nil,
            signed_by = sign.signer(source) }, not vok and versions.warning(kind, name, verr) or nil
+end
+
+-- sign_source(kind, name, source, secret [, chunkname]) --> {source,
+-- key, create_revision, version, signed_by}: source checked as put checks
+-- it, and signed by secret for the next version of its key (a new key is
+-- created holding sign.PLACEHOLDER first, which nodes ignore), so that
+-- anyone may then store it without the key (job put, the HTTP API's PUT),
+-- until another put comes first.
+function M.sign_source(kind, name, source, secret, chunkname)
+  local check = kind == "job" and M.check_job or M.check_policy
+  local ok, err, code, extra = check(name, source, chunkname)
+  if not ok then return nil, err, code, extra end
+  local key = U.key(kind == "job" and "jobs" or "policies", name)
+  for _ = 1, 5 do
+    local base, berr, bcode = signing_base(kind, name, key)
+    if base == nil then return nil, berr, bcode end
+    if base then
+      local c, v = sign.sign_for(base)
+      local text = sign.sign(kind, name, source, secret, { prefix = U.prefix(), create_revision = c, version = v })
+      local big = too_big(kind, name, #text)
+      if big then return fail(big, "EFBIG") end
+      return { source = text, key = key, create_revision = c, version = v, signed_by = sign.signer(text) }
+    end
+  end
+  return fail(format("ECONFLICT: %s %s kept changing while it was signed", kind, name), "ECONFLICT")
 end
 
 -- put_job(name, source [, opts]) --> {name, key, revision, created,
@@ -695,7 +833,7 @@ function M.run_job(name, opts)
   local _, spec = describe(name, kv, false, st)
   if not spec then
     -- Neither this version nor one a node runs loads: nothing can run.
-    return fail(select(2, job.load(kv.value, name)) .. "; nothing was queued", "ECONFLICT")
+    return fail(tostring(select(2, stored.job(name, kv))) .. "; nothing was queued", "ECONFLICT")
   end
   local known = U.sorted_keys(spec.params)
   for _, k in ipairs(U.sorted_keys(given)) do
@@ -1064,15 +1202,18 @@ local function policy_statuses(name, revision)
   return all
 end
 
--- What is known of one policy: stored kv (or nil), its module or load
--- error, the built-in of the same name, and node statuses.
-local function describe_policy(name, kv, st)
+-- What is known of one policy: stored kv (or nil), its module (described
+-- by the sandbox: stored.policy, which verifies it first where the
+-- process trusts keys) or load error, the built-in of the same name, and
+-- node statuses. selftest: run its self-test too (the sandbox's result is
+-- the third value).
+local function describe_policy(name, kv, st, selftest)
   local d = { name = name, builtin = policy.builtin(name) ~= nil, stored = kv ~= nil, broken = false }
-  local mod, err
+  local mod, err, described
   if kv then
     d.revision, d.key = kv.mod_revision, kv.key
-    mod, err = policy.load(kv.value, name)
-    if not mod then d.broken, d.error = true, err end
+    mod, err = stored.policy(name, kv, { selftest = selftest })
+    if not mod then d.broken, d.error = true, err else described = err end
   else
     mod = policy.builtin(name)
   end
@@ -1088,7 +1229,19 @@ local function describe_policy(name, kv, st)
       d.error = d.error or (s.node .. ": " .. tostring(s.error))
     end
   end
-  return d, mod
+  return d, mod, described
+end
+
+-- The self-test result of a policy module: from the sandbox's description
+-- of a stored one, run here for a built-in (the node's own code). ok,
+-- lines | false, reason.
+local function selftest_of(mod, described)
+  if described then
+    local t = described.selftest or { ok = true, lines = {} }
+    if t.ok then return true, t.lines or {} end
+    return false, t.error
+  end
+  return policy.selftest(mod)
 end
 
 -- list_policies() --> every policy, stored and built in, by name (`baton
@@ -1100,18 +1253,18 @@ function M.list_policies()
   if not r then return nil, err, code end
   local st, serr, scode = policy_statuses(nil, r.revision)
   if not st then return nil, serr, scode end
-  local stored, names = {}, {}
+  local kvs, names = {}, {}
   for _, kv in ipairs(r.kvs) do
     local name = kv.key:sub(#pfx + 1)
-    stored[name] = kv
+    kvs[name] = kv
     names[#names + 1] = name
   end
   for _, name in ipairs(policy.BUILTINS) do
-    if not stored[name] then names[#names + 1] = name end
+    if not kvs[name] then names[#names + 1] = name end
   end
   table.sort(names)
   local list = {}
-  for _, name in ipairs(names) do list[#list + 1] = (describe_policy(name, stored[name], st[name])) end
+  for _, name in ipairs(names) do list[#list + 1] = (describe_policy(name, kvs[name], st[name])) end
   return json.array(list)
 end
 
@@ -1130,9 +1283,9 @@ function M.show_policy(name)
   end
   local st, serr, scode = policy_statuses(name, r.revision)
   if not st then return nil, serr, scode end
-  local d, mod = describe_policy(name, kv, st[name])
+  local d, mod, described = describe_policy(name, kv, st[name], true)
   local sok, slines
-  if mod then sok, slines = policy.selftest(mod) end
+  if mod then sok, slines = selftest_of(mod, described) end
   d.source = kv and kv.value or nil
   d.version = kv and kv.version or nil
   d.signed_by = kv and sign.signer(kv.value) or nil
@@ -1149,9 +1302,12 @@ function M.check_policy(name, source, chunkname)
   if type(source) ~= "string" then return fail("EINVAL: the policy source must be a string", "EINVAL") end
   local big = too_big("policy", name, #source)
   if big then return fail(big, "EFBIG") end
-  local mod, verr = policy.load(source, name, chunkname)
-  if not mod then return invalid(verr) end
-  local sok, lines = policy.selftest(mod)
+  local kv, kopts, kcode = incoming("policy", name, source, chunkname)
+  if not kv then return nil, kopts, kcode end
+  kopts.selftest = true
+  local mod, described = stored.policy(name, kv, kopts)
+  if not mod then return invalid(described) end
+  local sok, lines = selftest_of(mod, type(described) == "table" and described or nil)
   if not sok then return invalid(format("EINVAL: policy %s: %s; nothing stored", name, lines)) end
   return mod, lines
 end

@@ -2,7 +2,7 @@
 -- policy's source, calling its decisions safely, and the built-ins.
 --
 --   local policy = require "baton.policy"
---   local mod, err, code = policy.load(source, "near-db" [, chunkname])
+--   local mod, err, code = policy.load(source, "near-db" [, chunkname])   (the sandbox's)
 --   local ok, res = policy.call(mod, "claim_delay", job, fire, nodes, me)
 --   local res, why = policy.decide(mod, "claim_delay", job, fire, nodes, me)
 --   local ok, lines = policy.selftest(mod)
@@ -54,6 +54,20 @@ for _, n in ipairs(M.BUILTINS) do is_builtin_name[n] = true end
 
 -- Modules whose code ships with baton: called without copying arguments.
 local trusted = setmetatable({}, { __mode = "k" })
+-- Stand-ins for stored policies the sandbox holds (baton.stored): each
+-- with the function that asks the sandbox for a decision.
+local remote = setmetatable({}, { __mode = "k" })
+
+-- policy.remote(mod, call): mod (a table with stand-ins for the decisions
+-- it defines) decides through call(mod, fname, ...) --> true, result |
+-- false, "reason"; policy.call checks the result as any other's.
+function M.remote(mod, call)
+  remote[mod] = call
+  return mod
+end
+
+-- True when mod decides in the sandbox (a decision waits for it).
+function M.is_remote(mod) return remote[mod] ~= nil end
 
 local function typename(v)
   if v == nil then return "nil" end
@@ -133,10 +147,13 @@ local function check_table(t)
   return "defines no decision: a policy needs at least one of " .. concat(M.DECISIONS, ", ")
 end
 
--- policy.load(source, name [, chunkname]) --> module table
--- | nil, "EINVAL: policy NAME: ...", "EINVAL". Raises on misuse. chunkname
--- is what error positions name (default "policies/NAME").
-function M.load(source, name, chunkname)
+-- policy.run_file(source, name [, chunkname]) --> true, what the file
+-- returned | nil, "EINVAL: policy NAME: ...", "EINVAL": compiled from
+-- source text (never bytecode) into the sandbox's environment
+-- (baton.job.new_env(true)), every function it defines interpreted (so the
+-- count hook bounds its loops), run under the load budget where no waiting
+-- call is possible. Raises on misuse.
+function M.run_file(source, name, chunkname)
   if type(source) ~= "string" then
     error(format("bad argument #1 to 'load' (string expected, got %s)", type(source)), 2)
   end
@@ -152,12 +169,17 @@ function M.load(source, name, chunkname)
   end
   local chunk, err = loadstring(source, "@" .. (chunkname or ("policies/" .. name)))
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
-  setfenv(chunk, job.new_env())
-  -- Every function the file defines stays interpreted, so the count hook
-  -- bounds its loops (a compiled loop would not run it).
+  setfenv(chunk, job.new_env(true))
   if jit then jit.off(chunk, true) end
   local ok, t = bounded(M.LOAD_BUDGET, chunk)
   if not ok then return fail(name, raised(t, M.LOAD_BUDGET, "while loading")) end
+  return true, t
+end
+
+-- policy.from_table(t, name) --> module | nil, "EINVAL: policy NAME: ...",
+-- "EINVAL": the table a policy file returned, checked. A file that returns
+-- a built-in (`return require "baton.policies.hash"`) is that built-in.
+function M.from_table(t, name)
   if type(t) ~= "table" then
     return fail(name, "the file must return a table ({claim_delay = function(job, fire, nodes, me) "
       .. "... end, ...}), got " .. typename(t))
@@ -165,25 +187,34 @@ function M.load(source, name, chunkname)
   if t.run ~= nil and t.claim_delay == nil and t.assign_shards == nil then
     return fail(name, "this looks like a job (it has run), not a policy: store it with baton job put")
   end
-  -- `return require "baton.policies.hash"` names a built-in as it is.
-  if trusted[t] then return t end
+  local req = job.required_name(t)
+  if req then
+    local b = M.builtin(req:match("^baton%.policies%.(.+)$"))
+    if b then return b end
+  end
+  if trusted[t] then return t end -- (made by a built-in: pinned.with{...})
   local verr = check_table(t)
   if verr then return fail(name, verr) end
   return t
 end
 
--- True when source returns a table that is meant as a policy (no run, and
--- a field that is, or nearly is, a policy field); false otherwise. For
+-- policy.load(source, name [, chunkname]) --> module table
+-- | nil, "EINVAL: policy NAME: ...", "EINVAL": run_file, then from_table,
+-- in this process. Raises on misuse. chunkname is what error positions
+-- name (default "policies/NAME"). This is the sandbox's (baton.stored):
+-- a node and the CLI reach a stored policy only through it.
+function M.load(source, name, chunkname)
+  local ok, t, code = M.run_file(source, name, chunkname)
+  if not ok then return nil, t, code end
+  return M.from_table(t, name)
+end
+
+-- True when t (what a file returned) is meant as a policy (no run, and a
+-- field that is, or nearly is, a policy field); false otherwise. For
 -- `baton check`, to tell a broken policy from a broken job.
-function M.looks_like(source)
-  if type(source) ~= "string" or byte(source, 1) == 27 then return false end
-  local chunk = loadstring(source, "=policy")
-  if not chunk then return false end
-  setfenv(chunk, job.new_env())
-  if jit then jit.off(chunk, true) end
-  local ok, t = bounded(M.LOAD_BUDGET, chunk)
-  if not ok or type(t) ~= "table" or t.run ~= nil then return false end
-  if trusted[t] then return true end
+function M.looks_like(t)
+  if type(t) ~= "table" or t.run ~= nil then return false end
+  if trusted[t] or job.required_name(t) then return true end
   for _, f in ipairs(job.FIELDS) do
     if f ~= "description" and t[f] ~= nil then return false end -- a job's field
   end
@@ -321,6 +352,11 @@ function M.call(mod, fname, ...)
     -- budget hook, so it runs compiled (a node asks claim_delay for every
     -- instant of every job, on every node).
     ok, res = pcall(fn, ...)
+  elseif remote[mod] then
+    -- A stored policy the sandbox holds (baton.stored): the decision is
+    -- made there, and this waits for it.
+    ok, res = remote[mod](mod, fname, ...)
+    if not ok then return false, res end
   else
     local n, args = select("#", ...), { ... }
     for i = 1, n do args[i] = copy(args[i]) end

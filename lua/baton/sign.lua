@@ -8,12 +8,19 @@
 -- A signed source is stored as the source itself (ending with a newline,
 -- one is added if it has none) followed by one Lua comment line,
 --
---   -- baton-signature: ed25519 <key id> <base64 of the 64-byte signature>
+--   -- baton-signature: ed25519 <key id> c<C> v<V> <base64 of the signature>
 --
 -- so the value at P jobs/<name> stays runnable Lua, and source and
 -- signature cannot diverge (one key, one put). The signature covers the
--- kind ("job" or "policy"), the name and every byte before that line, so a
--- signed job cannot be replayed under another name or as a policy.
+-- kind ("job" or "policy"), the prefix P, the name, and where in etcd's
+-- history the source may stand: version V of the key P jobs/<name> created
+-- at revision C (etcd's create_revision and version of the key, which
+-- every read returns). So a signed source is good at one place only: not
+-- under another name, kind or prefix, not as an older version put back (a
+-- replay: the key's version has moved on), not after the job was deleted
+-- and created again (a resurrection: another create revision). A new key
+-- is first created holding PLACEHOLDER (which nodes ignore), then the
+-- signed source is put as its version 2: sign_for tells what to sign for.
 local baton = require "baton"
 
 local S = baton._sign
@@ -24,6 +31,11 @@ local M = {}
 
 local PUBLIC, SECRET = "baton-ed25519-public", "baton-ed25519-secret"
 local SIGLINE = "-- baton-signature: ed25519 "
+
+-- What a signed put stores first at a key that does not exist yet: no
+-- code, only the promise of a signed source, which nodes neither load nor
+-- report (a put --sign that died halfway leaves it; the next one goes on).
+M.PLACEHOLDER = "-- baton: a signed source is being stored here\n"
 
 -- The key of type tag in text (one line, optional trailing white space),
 -- n bytes decoded; nil, why.
@@ -80,13 +92,16 @@ function M.load_secret(path)
   return sec
 end
 
--- The message a signature covers.
-local function message(kind, name, body)
-  return "baton-signature-v1\0" .. kind .. "\0" .. name .. "\0" .. body
+-- The message a signature covers: where (prefix, create revision and
+-- version of the key) and what.
+local function message(kind, prefix, name, created, version, body)
+  return format("baton-signature-v2\0%s\0%s\0%s\0%d\0%d\0", kind, prefix, name, created, version) .. body
 end
 
 -- source without a signature line it ends with (if any), then the
--- signature line's key id and signature (nil when unsigned).
+-- signature line's key id, signature, and the create revision and version
+-- it names (nil, nil when the line is of the old form, which named
+-- neither); id is nil when unsigned.
 function M.split(source)
   local s, e = source:find("\n?" .. SIGLINE:gsub("%-", "%%-") .. "[^\n]*\n?$")
   if not s then return source end
@@ -96,7 +111,9 @@ function M.split(source)
     if s > 1 then return source end -- (not a line of its own: no signature)
     body = ""
   end
-  local id, sig = line:match("ed25519 (%x+) ([%w+/=]+)%s*$")
+  local id, c, v, sig = line:match("ed25519 (%x+) c(%d+) v(%d+) ([%w+/=]+)%s*$")
+  if id then return body, id, sig, tonumber(c), tonumber(v) end
+  id, sig = line:match("ed25519 (%x+) ([%w+/=]+)%s*$")
   return body, id or "?", sig or ""
 end
 
@@ -107,39 +124,72 @@ function M.signer(source)
   return id
 end
 
--- sign(kind, name, source, secret) --> the source to store: source (any
--- signature line it ends with replaced) with a signature by secret.
-function M.sign(kind, name, source, secret)
+-- The create revision and version a signed source names (nil when it
+-- names none: unsigned, or signed in the old form).
+function M.binding(source)
+  local _, _, _, c, v = M.split(source)
+  return c, v
+end
+
+-- sign_for(kv) --> the create revision and version to sign for, to replace
+-- kv (a key as etcd returned it: a new one holds PLACEHOLDER) with the
+-- next version; nil when kv is nil (make the placeholder first).
+function M.sign_for(kv)
+  if not kv then return nil end
+  return kv.create_revision, kv.version + 1
+end
+
+-- sign(kind, name, source, secret, where) --> the source to store: source
+-- (any signature line it ends with replaced) with a signature by secret
+-- for where = {prefix, create_revision, version}: the key the source will
+-- be, and the version of it that it will be.
+function M.sign(kind, name, source, secret, where)
   local body = M.split(source)
   if body ~= "" and body:sub(-1) ~= "\n" then body = body .. "\n" end
   local id = S.keyid(S.public_of(secret))
-  return body .. SIGLINE .. id .. " " .. b64encode(S.sign(secret, message(kind, name, body))) .. "\n"
+  local c, v = where.create_revision, where.version
+  local sig = S.sign(secret, message(kind, where.prefix, name, c, v, body))
+  return format("%s%s%s c%d v%d %s\n", body, SIGLINE, id, c, v, b64encode(sig))
 end
 
--- load_trust(paths) --> trust {keys = {{id, pub, file}...}}: the public
--- keys of each path, a file of key lines (blank lines and # comments
--- skipped) or a directory of *.pub files; nil, one-line error.
+-- The keys of text (key lines; blank lines and # comments skipped) added
+-- to keys (seen: ids already there); the count, or nil, the reason.
+local function add_keys(text, keys, seen, file)
+  local n = 0
+  for line in text:gmatch("[^\n]+") do
+    if not line:match("^%s*#") and line:match("%S") then
+      local pub = M.parse_public(line)
+      if not pub then
+        return nil, line:find(SECRET, 1, true) and "is a secret key; trust its .pub file"
+          or "not a baton public key (baton keygen makes FILE.pub)"
+      end
+      local id = S.keyid(pub)
+      if not seen[id] then
+        seen[id] = true
+        keys[#keys + 1] = { id = id, pub = pub, file = file }
+      end
+      n = n + 1
+    end
+  end
+  return n
+end
+
+local function trust_of(keys)
+  local ids = {}
+  for i, k in ipairs(keys) do ids[i] = k.id end
+  return { keys = keys, ids = ids }
+end
+
+-- load_trust(paths) --> trust {keys = {{id, pub, file}...}, ids}: the
+-- public keys of each path, a file of key lines (blank lines and #
+-- comments skipped) or a directory of *.pub files; nil, one-line error.
 function M.load_trust(paths)
   local keys, seen = {}, {}
   local function add_file(p)
     local text, err = read(p)
     if not text then return nil, "--trust " .. p .. ": " .. err end
-    local n = 0
-    for line in text:gmatch("[^\n]+") do
-      if not line:match("^%s*#") and line:match("%S") then
-        local pub = M.parse_public(line)
-        if not pub then
-          return nil, "--trust " .. p .. ": " .. (line:find(SECRET, 1, true) and
-            "is a secret key; trust its .pub file" or "not a baton public key (baton keygen makes FILE.pub)")
-        end
-        local id = S.keyid(pub)
-        if not seen[id] then
-          seen[id] = true
-          keys[#keys + 1] = { id = id, pub = pub, file = p }
-        end
-        n = n + 1
-      end
-    end
+    local n, why = add_keys(text, keys, seen, p)
+    if not n then return nil, "--trust " .. p .. ": " .. why end
     if n == 0 then return nil, "--trust " .. p .. ": no public key in it" end
     return true
   end
@@ -158,32 +208,92 @@ function M.load_trust(paths)
       return nil, "--trust " .. p .. ": " .. (code == "ENOENT" and "no such file or directory" or tostring(code))
     end
   end
-  local ids = {}
-  for i, k in ipairs(keys) do ids[i] = k.id end
-  return { keys = keys, ids = ids }
+  return trust_of(keys)
 end
 
--- verify(trust, kind, name, source) --> key id of the trusted key that
--- signed it, or nil, "untrusted: ..." (one line).
-function M.verify(trust, kind, name, source)
-  local body, id, sig = M.split(source)
+-- The trusted keys as text (one key line each), which trust_text_load
+-- reads back: how a node hands its trust to its workers.
+function M.trust_text(trust)
+  local lines = {}
+  for i, k in ipairs(trust.keys) do lines[i] = PUBLIC .. " " .. b64encode(k.pub) end
+  return table.concat(lines, "\n")
+end
+
+function M.trust_text_load(text)
+  local keys = {}
+  local n, why = add_keys(text, keys, {}, "(the node's)")
+  if not n or n == 0 then return nil, why or "no key" end
+  return trust_of(keys)
+end
+
+-- The trust of one secret key's own public key (what its holder signed).
+function M.trust_of_secret(secret)
+  local pub = S.public_of(secret)
+  return trust_of { { id = S.keyid(pub), pub = pub, file = "(--sign)" } }
+end
+
+-- The message of the old form (kind, name and body only).
+local function message_v1(kind, name, body)
+  return "baton-signature-v1\0" .. kind .. "\0" .. name .. "\0" .. body
+end
+
+-- signed_by(trust, kind, name, source, where) --> the id of the trusted
+-- key that signed source, or nil: as verify for the new form; a source
+-- signed in the old form is judged by its content alone (for deciding
+-- whether an old version is one's own, as rollback --sign does, never for
+-- running it).
+function M.signed_by(trust, kind, name, source, where)
+  local body, id, sig, c = M.split(source)
+  if not id then return nil end
+  if c then return (M.verify(trust, kind, name, source, where)) end
+  local raw = (#sig % 4 == 0 and #sig > 0) and b64decode(sig) or nil
+  for _, k in ipairs(trust.keys) do
+    if raw and S.verify(k.pub, message_v1(kind, name, body), raw) then return k.id end
+  end
+end
+
+-- verify(trust, kind, name, source, where) --> key id of the trusted key
+-- that signed source for this place, or nil, "untrusted: ..." (one line).
+-- where = {prefix, create_revision, version}: the key the source was read
+-- from, as etcd returned it.
+function M.verify(trust, kind, name, source, where)
+  local body, id, sig, c, v = M.split(source)
   if not id then
     return nil, format("untrusted: %s %s is not signed (this node runs only code signed by a --trust key)",
       kind, name)
   end
+  if not c then
+    return nil, format("untrusted: %s %s is signed in an older form that does not say which version of "
+      .. "the key it is for (a replayed or resurrected source would verify); put it again with --sign",
+      kind, name)
+  end
   local raw = (#sig % 4 == 0 and #sig > 0) and b64decode(sig) or nil
-  local msg = message(kind, name, body)
+  local msg = message(kind, where.prefix, name, c, v, body)
+  local by
   for _, k in ipairs(trust.keys) do
-    if raw and S.verify(k.pub, msg, raw) then return k.id end
+    if raw and S.verify(k.pub, msg, raw) then by = k.id; break end
   end
-  for _, k in ipairs(trust.keys) do
-    if k.id == id then
-      return nil, format("untrusted: %s %s: the signature by key %s does not verify "
-        .. "(changed after signing, or signed for another name or kind)", kind, name, id)
+  if not by then
+    for _, k in ipairs(trust.keys) do
+      if k.id == id then
+        return nil, format("untrusted: %s %s: the signature by key %s does not verify "
+          .. "(changed after signing, or signed for another name, kind or prefix)", kind, name, id)
+      end
     end
+    return nil, format("untrusted: %s %s is signed by key %s, which this node does not trust (it trusts %s)",
+      kind, name, id, table.concat(trust.ids, ", "))
   end
-  return nil, format("untrusted: %s %s is signed by key %s, which this node does not trust (it trusts %s)",
-    kind, name, id, table.concat(trust.ids, ", "))
+  if c ~= where.create_revision then
+    return nil, format("untrusted: %s %s was signed for the key created at revision %d, and this one was "
+      .. "created at revision %d (a deleted %s put back, or a source signed for another cluster)",
+      kind, name, c, where.create_revision, kind)
+  end
+  if v ~= where.version then
+    return nil, format("untrusted: %s %s was signed as version %d of its key, and this is version %d "
+      .. "(%s)", kind, name, v, where.version,
+      v < where.version and "an older signed version put back: a replay" or "not the put it was signed for")
+  end
+  return by
 end
 
 return M

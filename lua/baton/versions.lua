@@ -109,10 +109,29 @@ function M.warning(kind, name, err)
   return format("the %s %s was stored, but its version entry was not recorded: %s", kind, name, tostring(err))
 end
 
+-- The source at revision rev in etcd's own history of key: the value and
+-- the kv, or false when etcd no longer has it (compacted) or never had it
+-- there; nil, err, code when etcd cannot be asked.
+local function history(key, rev)
+  local h, err, code = etcd():get(key, { revision = rev })
+  if not h then
+    if code == "ECOMPACTED" then return false end
+    return nil, err, code
+  end
+  local kv = h.kvs[1]
+  if kv and kv.mod_revision == rev then return kv.value, kv end
+  return false
+end
+
 -- list(kind, name) --> the log, newest first: {revision, time, author, op,
--- sha256, size, etcd_user?, current = bool}; a current source without an
--- entry (a raw put) comes first with author "unknown". ENOENT when there
--- is neither an entry nor a stored source.
+-- sha256, size, etcd_user?, current = bool, checked}; a current source
+-- without an entry (a raw put) comes first with author "unknown". checked
+-- compares each entry with etcd's own history of the key (the log is only
+-- as honest as whoever can write it): "ok" (the same bytes), "mismatch"
+-- (the entry's SHA-256 is not that of the source etcd stored at that
+-- revision: the log was rewritten), "compacted" (etcd no longer has it),
+-- "-" for a removal. ENOENT when there is neither an entry nor a stored
+-- source.
 function M.list(kind, name)
   local key = U.key(KINDS[kind], name)
   local pfx = M.prefix(kind, name)
@@ -141,44 +160,57 @@ function M.list(kind, name)
   if #list == 0 then
     return fail(format("ENOENT: no %s %s at %s and no versions of it under %s", kind, name, key, pfx), "ENOENT")
   end
+  for _, v in ipairs(list) do
+    if v.op == "rm" then
+      v.checked = "-"
+    else
+      local src, herr, hcode = history(key, v.revision)
+      if src == nil then return nil, herr, hcode end
+      v.checked = not src and "compacted" or baton._sha256(src) == v.sha256 and "ok" or "mismatch"
+    end
+  end
   return json.array(list)
 end
 
--- source(kind, name, rev) --> the source stored at revision rev, from its
--- entry, else the current kv (a raw put), else etcd's history (until
--- compaction); or nil, err, code.
+-- source(kind, name, rev) --> the source stored at revision rev, and where
+-- it was read: "history" (etcd's own, whose SHA-256 the log entry, if any,
+-- must match; then the kv as etcd stored it too), or "log" (etcd compacted
+-- it away: the version log's copy, which nothing can check); or nil, err,
+-- code (ECONFLICT when the log
+-- entry does not match etcd's history: the log was rewritten).
 function M.source(kind, name, rev)
   local key = U.key(KINDS[kind], name)
   local pfx = M.prefix(kind, name)
-  local r, err, code = etcd():txn { success = {
-    { get = { key = pfx .. rev } },
-    { get = { key = key } },
-  } }
+  local r, err, code = etcd():get(pfx .. rev)
   if not r then return nil, err, code end
-  local ekv, cur = r.responses[1].kvs[1], r.responses[2].kvs[1]
+  local ekv = r.kvs[1]
+  local meta, logged
   if ekv then
-    local meta, src = parse(ekv.value)
+    meta, logged = parse(ekv.value)
     if meta and meta.op == "rm" then
       return fail(format("EINVAL: revision %d of %s %s is its removal, which has no source", rev, kind, name),
         "EINVAL")
     end
-    if src then return src end
   end
-  if cur and cur.mod_revision == rev then return cur.value end
-  local h = etcd():get(key, { revision = rev })
-  local hkv = h and h.kvs[1]
-  if hkv and hkv.mod_revision == rev then return hkv.value end
+  local src, hkv, hcode = history(key, rev)
+  if src == nil then return nil, hkv, hcode end
+  if src then
+    if meta and meta.sha256 and meta.sha256 ~= baton._sha256(src) then
+      return fail(format("ECONFLICT: the version log's entry for revision %d of %s %s (SHA-256 %s) does not "
+        .. "match what etcd stored at that revision (SHA-256 %s): the log was rewritten; nothing was done",
+        rev, kind, name, tostring(meta.sha256):sub(1, 12), baton._sha256(src):sub(1, 12)), "ECONFLICT")
+    end
+    return src, "history", hkv
+  end
+  if logged then return logged, "log" end
   return fail(format("ENOENT: no version of %s %s at revision %d (baton %s versions %s lists them)",
     kind, name, rev, kind, name), "ENOENT")
 end
 
--- diff(kind, name, r1, r2) --> the unified diff (diff -u) of the sources
--- at the two revisions, "" when they are the same.
-function M.diff(kind, name, r1, r2)
-  local a, aerr, acode = M.source(kind, name, r1)
-  if not a then return nil, aerr, acode end
-  local b, berr, bcode = M.source(kind, name, r2)
-  if not b then return nil, berr, bcode end
+-- diff_text(kind, name, a, b, la, lb) --> the unified diff (diff -u) of
+-- sources a and b, labelled NAME@la and NAME@lb; "" when they are the
+-- same.
+function M.diff_text(kind, name, a, b, la, lb)
   if a == b then return "" end
   local fa, fb = os.tmpname(), os.tmpname()
   local function write(path, s)
@@ -188,8 +220,8 @@ function M.diff(kind, name, r1, r2)
   end
   write(fa, a)
   write(fb, b)
-  local res, xerr = baton.exec { "diff", "-u", "--label", format("%s@%d", name, r1),
-                                 "--label", format("%s@%d", name, r2), fa, fb, timeout = 30 }
+  local res, xerr = baton.exec { "diff", "-u", "--label", format("%s@%s", name, la),
+                                 "--label", format("%s@%s", name, lb), fa, fb, timeout = 30 }
   os.remove(fa)
   os.remove(fb)
   if not res then return fail("EIO: running diff: " .. tostring(xerr), "EIO") end
@@ -199,21 +231,63 @@ function M.diff(kind, name, r1, r2)
   return res.stdout
 end
 
+-- diff(kind, name, r1, r2) --> the unified diff (diff -u) of the sources
+-- at the two revisions, "" when they are the same.
+function M.diff(kind, name, r1, r2)
+  local a, aerr, acode = M.source(kind, name, r1)
+  if not a then return nil, aerr, acode end
+  local b, berr, bcode = M.source(kind, name, r2)
+  if not b then return nil, berr, bcode end
+  return M.diff_text(kind, name, a, b, r1, r2)
+end
+
 -- rollback(kind, name, rev [, opts]) --> what ops.put_job / put_policy
--- return, with rolled_back = rev: the source at rev put back through the
--- normal put path (validated), recorded as op "rollback of REV".
+-- return, with rolled_back = rev and diff (from the current source to the
+-- one put back): the source at rev (etcd's history, checked against the
+-- log) put back through the normal put path (validated), recorded as op
+-- "rollback of REV". opts.sign: signed again with that key, for where it
+-- goes now (the old signature named another version of the key); only a
+-- source that was signed by that key or one of opts.trust (sign.load_trust's)
+-- where etcd stored it: anyone who can write etcd can store a version,
+-- and signing it again would make it theirs to run. Without it, an old
+-- signature is removed (it cannot hold anywhere but where it was). A
+-- source etcd has compacted away exists only in the log, which whoever
+-- writes P versions/ can rewrite: refused unless opts.from_log (and never
+-- signed).
 function M.rollback(kind, name, rev, opts)
   opts = opts or {}
-  local src, err, code = M.source(kind, name, rev)
-  if not src then return nil, err, code end
+  local src, how, hkv = M.source(kind, name, rev)
+  if not src then return nil, how, hkv end
+  if how == "log" and not opts.from_log then
+    return fail(format("EINVAL: revision %d of %s %s is no longer in etcd's history (compacted), and the "
+      .. "version log's copy of it cannot be checked: whoever can write %s could have put it there. "
+      .. "Review it (baton %s diff %s %d REV) and pass --from-log to use it; nothing was done", rev, kind,
+      name, M.prefix(kind, name), kind, name, rev), "EINVAL")
+  end
+  local sign = require "baton.sign"
+  if opts.sign then
+    local trust = sign.trust_of_secret(opts.sign)
+    for _, k in ipairs(opts.trust and opts.trust.keys or {}) do trust.keys[#trust.keys + 1] = k end
+    local by = how == "history" and sign.signed_by(trust, kind, name, src,
+      { prefix = U.prefix(), create_revision = hkv.create_revision, version = hkv.version })
+    if not by then
+      return fail(format("EACCES: revision %d of %s %s was not signed by key %s%s where etcd stored it, so it "
+        .. "may not be yours to sign: whoever can write etcd can store a version. Review it (baton %s diff %s "
+        .. "%d REV) and put it from a file with --sign; nothing was done", rev, kind, name, trust.ids[1],
+        opts.trust and " nor a --trust key" or " (add older keys with --trust)", kind, name, rev), "EACCES")
+    end
+  end
+  src = sign.split(src)
+  local cur = etcd():get(U.key(KINDS[kind], name))
+  local now = cur and cur.kvs[1] and cur.kvs[1].value or ""
+  local diff, derr, dcode = M.diff_text(kind, name, sign.split(now), src, "current", rev)
+  if not diff then return nil, derr, dcode end
   local ops = require "baton.ops"
   local put = kind == "job" and ops.put_job or ops.put_policy
-  -- (opts.sign: signed again with that key, whatever signature the old
-  -- version carried, so a node with --trust accepts it under today's keys)
   local r, perr, pcode, extra = put(name, src, { author = opts.author, keep = opts.keep, sign = opts.sign,
                                                  op = "rollback of " .. rev, revision = opts.revision })
   if not r then return nil, perr, pcode, extra end
-  r.rolled_back = rev
+  r.rolled_back, r.diff, r.from = rev, diff, how
   return r
 end
 

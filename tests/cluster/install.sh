@@ -102,8 +102,11 @@ EOF
   out=$("$bin" --prefix "$P" nodes)
   like "$out" "^$name +$version " "$what: baton nodes shows the node's version"
   # Its worker shows as baton worker (started as /proc/self/exe).
-  local w comm
-  w=$(pgrep -P "${pids[-1]}" | head -1)
+  local w comm c
+  w=""
+  for c in $(pgrep -P "${pids[-1]}"); do
+    if tr '\0' ' ' <"/proc/$c/cmdline" | grep -q " worker $"; then w=$c; break; fi
+  done
   if [ -n "$w" ]; then
     is "$(tr '\0' ' ' <"/proc/$w/cmdline")" "$bin worker " "$what: ps shows the worker as $bin worker"
     is "$(cat "/proc/$w/comm")" "baton" "$what: and its name is baton"

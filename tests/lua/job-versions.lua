@@ -65,9 +65,11 @@ T.is(new.op, "put", "op put")
 T.ok(type(new.time) == "number" and math.abs(new.time - baton.now()) < 60, "with the time")
 T.is(new.current, true, "the newest is current")
 local table_out = cli("job", "versions", "vjob")
-T.like(table_out, "^REVISION%s+TIME%s+AUTHOR%s+OP%s+SHA256\n", "the table's header")
+T.like(table_out, "^REVISION%s+TIME%s+AUTHOR%s+OP%s+SHA256%s+CHECKED\n", "the table's header")
 T.like(table_out, "\n" .. new.revision .. " %*%s+%d%d%d%d%-%d%d%-%d%dT[%d:]+Z%s+bob@example%s+put%s+"
-  .. new.sha256:sub(1, 12) .. "\n", "bob's row: revision (current), time, author, op, SHA-256 prefix")
+  .. new.sha256:sub(1, 12) .. "%s+ok\n", "bob's row: revision (current), time, author, op, SHA-256 prefix, "
+  .. "checked against etcd's history")
+T.is(new.checked, "ok", "--json: checked ok")
 
 -- default author: $USER@host
 local _, _, dcode = cli("job", "put", f2, "--name", "vdefault")
@@ -95,7 +97,10 @@ T.like(uerr, "a revision is a whole number >= 1, not \"x\"", "says so")
 -- 3. rollback: the old source back, recorded, and a node runs it.
 local rout, rerr, rcode = cli("job", "rollback", "vjob", tostring(old.revision), "--author", "carol@example")
 T.is(rcode, 0, "rollback: exit 0 " .. rerr)
-T.like(rout, "^rolled job vjob back to revision " .. old.revision .. ": ", "says so")
+T.like(rout, "^%-%-%- vjob@current\n%+%+%+ vjob@" .. old.revision .. "\n", "prints the diff first")
+T.like(rout, "\n%+return { schedule = \"@manual\", run = function%(ctx%) print%(\"I am version one\"%) end }\n",
+  "the diff adds the old source's line")
+T.like(rout, "\nrolled job vjob back to revision " .. old.revision .. ": [^\n]*\n$", "says so")
 local kv = assert(c.e:get(c.P .. "jobs/vjob")).kvs[1]
 T.is(kv and kv.value, SRC1, "the old source is stored again")
 v = versions("job", "vjob")

@@ -66,8 +66,10 @@ T.like(r.stdout, "^created job tick at .- %(revision %d+%), signed by key %x+\n$
 local k1id = r.stdout:match("signed by key (%x+)")
 local stored = assert(e:get(P .. "jobs/tick")).kvs[1].value
 T.is(stored:sub(1, #job_src("v1")), job_src("v1"), "the stored value starts with the source as it was")
-T.like(stored:sub(#job_src("v1") + 1), "^%-%- baton%-signature: ed25519 " .. k1id .. " [%w+/]+=*\n$",
-  "followed by one signature line, a Lua comment")
+local created1 = assert(e:get(P .. "jobs/tick")).kvs[1].create_revision
+T.like(stored:sub(#job_src("v1") + 1), "^%-%- baton%-signature: ed25519 " .. k1id .. " c" .. created1
+  .. " v2 [%w+/]+=*\n$", "followed by one signature line, a Lua comment, naming the key's create revision "
+  .. "and the version it was signed for (2: a new key first holds a placeholder)")
 local rev1 = rev_of("job", "tick")
 
 -- 2. a node with --trust DIR runs it (and serves the API, with a token)
@@ -150,7 +152,7 @@ T.like(out, "\nsigned: +by key " .. k1id .. "\n", "job show: the key the signatu
 local status_code, body = api("GET", "jobs/tick")
 T.is(status_code, 200, "API: GET the job")
 T.is(type(body) == "table" and body.untrusted, true, "API: the job is untrusted")
-T.like(type(body) == "table" and body.error or "", "^a: untrusted: job tick: the signature by key", "API: with the error")
+T.like(type(body) == "table" and body.error or "", "^untrusted: job tick: the signature by key", "API: with the error")
 
 -- an unsigned put (job put without --sign, or etcdctl put of a plain source)
 T.is(put("job", "tick", job_src("v2")).code, 0, "an unsigned job put is stored")
@@ -173,16 +175,30 @@ baton.sleep(2.5)
 T.ok(all_rev(runs_since(t4 + 0.5), rev4), "and runs")
 T.is(status("tick", "a").error, baton.json.null, "its status has no error")
 
--- the API's PUT stores a signed source as it is (signed where the key is)
+-- the API's PUT stores a source signed elsewhere (baton job sign, where
+-- the key is) as it is, where its signature says
 local S = require "baton.sign"
-local k2 = assert(S.load_secret(dir .. "/k2"))
-local viahttp = write("viahttp.signed", S.sign("job", "viahttp", job_src("http"), k2))
-status_code = api("PUT", "jobs/viahttp", viahttp)
+local plain = write("viahttp.lua", job_src("http"))
+r = c:cli("job", "sign", plain, "--name", "viahttp", "--sign", dir .. "/k2", "-o", dir .. "/viahttp.signed")
+T.is(r.code, 0, "job sign: exit 0 " .. r.stderr)
+T.like(r.stderr, "signed by key %x+ for version 2 of .-/jobs/viahttp; wrote", "job sign: says for which version")
+T.is(assert(e:get(P .. "jobs/viahttp")).kvs[1].value, S.PLACEHOLDER, "job sign of a new job: a placeholder")
+T.ok(not c:loaded("viahttp", rev_of("job", "viahttp"), 1), "which the node does not load")
+T.is(status("viahttp", "a"), nil, "nor report as broken")
+status_code = api("PUT", "jobs/viahttp", dir .. "/viahttp.signed")
 T.is(status_code, 201, "API: PUT of a signed source: created")
 T.ok(c:loaded("viahttp", rev_of("job", "viahttp")), "API: the signed source loads")
-status_code = api("PUT", "jobs/viahttp", write("viahttp.plain", job_src("http, unsigned")))
-T.is(status_code, 200, "API: PUT of an unsigned source: stored")
-refused("viahttp", rev_of("job", "viahttp"), "^untrusted: job viahttp is not signed", "API: an unsigned PUT")
+local before_plain = rev_of("job", "viahttp")
+local body
+status_code, body = api("PUT", "jobs/viahttp", write("viahttp.plain", job_src("http, unsigned")))
+T.is(status_code, 403, "API of a --trust node: PUT of an unsigned source is refused")
+T.like(type(body) == "table" and body.error or "", "^EACCES: untrusted: job viahttp is not signed[^\n]*nothing "
+  .. "was stored$", "API: in one line")
+T.is(rev_of("job", "viahttp"), before_plain, "API: nothing was stored")
+status_code, body = api("PUT", "jobs/viahttp", dir .. "/viahttp.signed")
+T.is(status_code, 409, "API: the same signed source again (a replay) is refused")
+T.like(type(body) == "table" and body.error or "", "^ECONFLICT: the source is signed for version 2 of .- and that "
+  .. "key is at version 2 already %(a source stored before, put again%?%)", "API: says why")
 
 -- a replay: tick's signed source stored under another name is refused
 local v4 = assert(e:get(P .. "jobs/tick")).kvs[1].value
@@ -288,23 +304,36 @@ do
   T.is(n, 2, "docs/security.md: found its examples")
   local S = require "baton.sign"
   local trust = assert(S.load_trust { wd .. "/deploy-2027.pub" })
+  local function where(kv) return { prefix = P2, create_revision = kv.create_revision, version = kv.version } end
   local kv = assert(e:get(P2 .. "jobs/nightly")).kvs[1]
-  T.ok(kv and S.verify(trust, "job", "nightly", kv.value), "docs: the job is signed by the new key")
+  T.ok(kv and S.verify(trust, "job", "nightly", kv.value, where(kv)), "docs: the job is signed by the new key")
   kv = assert(e:get(P2 .. "policies/anywhere")).kvs[1]
-  T.ok(kv and S.verify(trust, "policy", "anywhere", kv.value), "docs: the policy is signed by the new key")
+  T.ok(kv and S.verify(trust, "policy", "anywhere", kv.value, where(kv)), "docs: the policy is signed by the new key")
 end
 
 -- 10. the signature line must be a line of its own, the last one
 do
   local S = require "baton.sign"
   local trust = assert(S.load_trust { dir .. "/k2.pub" })
-  local good = S.sign("job", "x", job_src("x"), assert(S.load_secret(dir .. "/k2")))
-  T.ok(S.verify(trust, "job", "x", good), "a signed source verifies")
+  local W = { prefix = P, create_revision = 100, version = 3 }
+  local good = S.sign("job", "x", job_src("x"), assert(S.load_secret(dir .. "/k2")), W)
+  T.ok(S.verify(trust, "job", "x", good, W), "a signed source verifies")
   local line = good:match("\n(%-%- baton%-signature[^\n]*)\n$")
-  local _, err = S.verify(trust, "job", "x", "return {} " .. line .. "\n")
+  local _, err = S.verify(trust, "job", "x", "return {} " .. line .. "\n", W)
   T.like(err or "", "^untrusted: job x is not signed", "a signature comment at the end of a code line is none")
-  _, err = S.verify(trust, "job", "x", good .. "os.exit(1)\n")
+  _, err = S.verify(trust, "job", "x", good .. "os.exit(1)\n", W)
   T.like(err or "", "^untrusted: job x is not signed", "code after the signature line: not signed")
+  _, err = S.verify(trust, "job", "x", good, { prefix = "/other/", create_revision = 100, version = 3 })
+  T.like(err or "", "^untrusted: job x: the signature by key %x+ does not verify", "under another prefix: no")
+  _, err = S.verify(trust, "job", "x", good, { prefix = P, create_revision = 100, version = 5 })
+  T.like(err or "", "^untrusted: job x was signed as version 3 of its key, and this is version 5 %(an older "
+    .. "signed version put back: a replay%)$", "at another version of the key: a replay")
+  _, err = S.verify(trust, "job", "x", good, { prefix = P, create_revision = 180, version = 3 })
+  T.like(err or "", "^untrusted: job x was signed for the key created at revision 100, and this one was created "
+    .. "at revision 180", "in a key created again: a resurrection")
+  local old_form = good:gsub(" c100 v3 ", " ")
+  _, err = S.verify(trust, "job", "x", old_form, W)
+  T.like(err or "", "^untrusted: job x is signed in an older form", "the old form, which binds no version: refused")
 end
 
 -- 11. rollback --sign: an old version goes back signed by today's key
@@ -316,14 +345,95 @@ do
   local r1 = rev_of("job", "rb")
   T.is(put("job", "rb", job_src("rb-2"), "k1").code, 0, "rollback: version 2, signed by k1")
   local r = c:cli("job", "rollback", "rb", tostring(r1), "--sign", dir .. "/k3")
-  T.is(r.code, 0, "job rollback --sign: exit 0 " .. r.stderr)
+  T.is(r.code, 1, "job rollback --sign of a version another key signed: exit 1")
+  T.like(r.stderr, "^baton: job rollback rb: EACCES: revision " .. r1 .. " of job rb was not signed by key %x+ "
+    .. "%(add older keys with %-%-trust%)[^\n]*nothing was done\n$", "says why, in one line")
+  r = c:cli("job", "rollback", "rb", tostring(r1), "--sign", dir .. "/k3", "--trust", dir .. "/k1.pub")
+  T.is(r.code, 0, "job rollback --sign --trust OLDKEY: exit 0 " .. r.stderr)
   local kv = assert(e:get(c.P .. "jobs/rb")).kvs[1]
   T.ok(kv and kv.value:find("rb-1", 1, true), "rollback: version 1's source is back")
-  T.ok(kv and S.verify(trust3, "job", "rb", kv.value), "rollback --sign: signed by the key given (k3)")
-  T.ok(kv and not S.verify(trust1, "job", "rb", kv.value), "rollback --sign: the old signature (k1) is gone")
+  local W = kv and { prefix = c.P, create_revision = kv.create_revision, version = kv.version }
+  T.ok(kv and S.verify(trust3, "job", "rb", kv.value, W), "rollback --sign: signed by the key given (k3)")
+  T.ok(kv and not S.verify(trust1, "job", "rb", kv.value, W), "rollback --sign: the old signature (k1) is gone")
   r = c:cli("job", "rollback", "rb", tostring(r1), "--sign", dir .. "/k3.pub")
   T.is(r.code, 1, "rollback --sign with a public key: exit 1")
   T.like(r.stderr, "^baton: job rollback rb: %-%-sign: [^\n]*\n$", "rollback --sign with a public key: one line")
+  -- a version someone stored with etcdctl is not signed by rollback --sign
+  assert(e:put(c.P .. "jobs/rb", job_src("planted")))
+  local planted = rev_of("job", "rb")
+  T.is(put("job", "rb", job_src("rb-3"), "k3").code, 0, "rollback: a signed version over the planted one")
+  r = c:cli("job", "rollback", "rb", tostring(planted), "--sign", dir .. "/k3", "--trust", dir .. "/k1.pub")
+  T.is(r.code, 1, "rollback --sign of a version planted with a raw put: exit 1")
+  T.like(r.stderr, "EACCES: revision " .. planted .. " of job rb was not signed by key %x+ nor a %-%-trust key",
+    "refused: it may not be ours to sign")
+  T.unlike(assert(e:get(c.P .. "jobs/rb")).kvs[1].value, "planted", "the planted source is not back")
+end
+
+-- 12. What an etcd writer without a key can do with signed sources it has
+-- seen: each is refused with one clear line, and the last good version
+-- keeps running.
+do
+  -- a replay: an older signed version put back over a newer one
+  T.is(put("job", "tick", job_src("r1"), "k2").code, 0, "replay: version r1, signed")
+  local r1v = assert(e:get(P .. "jobs/tick")).kvs[1].value
+  T.is(put("job", "tick", job_src("r2"), "k2").code, 0, "replay: version r2, signed")
+  local good = rev_of("job", "tick")
+  T.ok(c:loaded("tick", good), "replay: r2 loaded")
+  assert(e:put(P .. "jobs/tick", r1v))
+  local st2 = refused("tick", rev_of("job", "tick"), "^untrusted: job tick was signed as version %d+ of its key, "
+    .. "and this is version %d+ %(an older signed version put back: a replay%)$", "an old signed version replayed")
+  T.is(st2 and st2.running, good, "replay: the status says r2 still runs")
+  still_runs(good, "a replayed version")
+  T.like(c:cli("job", "show", "tick").stdout, "a replay", "replay: job show says so")
+
+  -- a resurrection: a deleted job's last signed source put back
+  T.is(put("job", "lazarus", job_src("lazarus"), "k2").code, 0, "resurrection: a signed job")
+  local lrev = rev_of("job", "lazarus")
+  T.ok(c:loaded("lazarus", lrev), "resurrection: loaded")
+  local lv = assert(e:get(P .. "jobs/lazarus")).kvs[1].value
+  T.is(c:cli("job", "rm", "lazarus").code, 0, "resurrection: job rm")
+  baton.sleep(0.5)
+  local t_rm = baton.now()
+  assert(e:put(P .. "jobs/lazarus", lv))
+  assert(e:put(P .. "jobs/lazarus", lv)) -- (version 2 of the new key, as it was signed for)
+  refused("lazarus", rev_of("job", "lazarus"), "^untrusted: job lazarus was signed for the key created at revision "
+    .. "%d+, and this one was created at revision %d+ %(a deleted job put back", "a deleted job put back")
+  baton.sleep(2)
+  local after = 0
+  for _, rec in ipairs(c:records("lazarus")) do if rec.fire > t_rm then after = after + 1 end end
+  T.is(after, 0, "resurrection: it does not run")
+
+  -- a forged version log entry: rollback takes etcd's history, refuses a
+  -- log entry that does not match it, and one etcd has no history for
+  T.is(put("job", "fv", job_src("fv-1"), "k2").code, 0, "forged log: version 1")
+  local fv1 = rev_of("job", "fv")
+  T.is(put("job", "fv", job_src("fv-2"), "k2").code, 0, "forged log: version 2")
+  local fv2 = rev_of("job", "fv")
+  local evil = job_src("fv-1") .. "-- and something evil\n"
+  local meta = baton.json.encode { op = "put", author = "alice", time = baton.now(), revision = fv1,
+                                   sha256 = baton._sha256(evil), size = #evil }
+  assert(e:put(P .. "versions/fv/" .. fv1, meta .. "\n" .. evil))
+  local vl = baton.json.decode(c:cli("job", "versions", "fv", "--json").stdout)
+  local entry
+  for _, v in ipairs(vl or {}) do if v.revision == fv1 then entry = v end end
+  T.is(entry and entry.checked, "mismatch", "versions: the forged entry does not match etcd's history")
+  T.like(c:cli("job", "versions", "fv").stdout, "\n" .. fv1 .. " .-MISMATCH\n", "versions: MISMATCH in the table")
+  r = c:cli("job", "rollback", "fv", tostring(fv1), "--sign", dir .. "/k2")
+  T.is(r.code, 1, "rollback to a forged entry: exit 1")
+  T.like(r.stderr, "^baton: job rollback fv: ECONFLICT: the version log's entry for revision " .. fv1
+    .. " of job fv %(SHA%-256 %x+%) does not match what etcd stored at that revision[^\n]*nothing was done\n$",
+    "rollback to a forged entry: refused in one line")
+  T.is(rev_of("job", "fv"), fv2, "rollback to a forged entry: nothing was stored")
+  -- an entry for a revision at which etcd never stored the job
+  local fake = fv2 - 1 == fv1 and fv2 + 1000 or fv2 - 1
+  assert(e:put(P .. "versions/fv/" .. fake, baton.json.encode { op = "put", author = "alice", time = baton.now(),
+    revision = fake, sha256 = baton._sha256(evil), size = #evil } .. "\n" .. evil))
+  r = c:cli("job", "rollback", "fv", tostring(fake), "--sign", dir .. "/k2")
+  T.is(r.code, 1, "rollback to an entry etcd has no history of: exit 1")
+  T.like(r.stderr, "^baton: job rollback fv: EINVAL: revision " .. fake .. " of job fv is no longer in etcd's "
+    .. "history[^\n]*%-%-from%-log[^\n]*\n$", "refused unless --from-log, in one line")
+  T.is(rev_of("job", "fv"), fv2, "nothing was stored")
+  T.ok(c:loaded("fv", fv2), "the last good version is what the node runs")
 end
 
 c:destroy()

@@ -9,7 +9,7 @@ local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
-local policy = require "baton.policy"
+local stored = require "baton.stored"
 local events = require "baton.events"
 local cycles = require "baton.cli.cycles"
 
@@ -44,28 +44,26 @@ local function summary(spec)
   return table.concat(parts, ", ")
 end
 
--- Checks a policy file: load, selftest, the sample cluster's decisions.
-local function check_policy(file, source, name)
-  local mod, err = policy.load(source, name, file)
-  if not mod then return A.die("check " .. file .. ": " .. err) end
-  local fns = policy.functions(mod)
+-- Prints what the sandbox found of a policy file (stored.check): its
+-- self-test, then the sample cluster's decisions.
+local function check_policy(file, r, name)
   local out = io.stdout
-  out:write(("ok: policy %s (%s)%s\n"):format(name, table.concat(fns, ", "),
-    type(mod.description) == "string" and (": " .. mod.description) or ""))
-  local sok, lines = policy.selftest(mod)
-  if not sok then
+  out:write(("ok: policy %s (%s)%s\n"):format(name, table.concat(r.functions or {}, ", "),
+    type(r.description) == "string" and (": " .. r.description) or ""))
+  local st = r.selftest or { ok = true, lines = {} }
+  if not st.ok then
     out:flush()
-    return A.die(("check %s: EINVAL: policy %s: %s"):format(file, name, lines))
+    return A.die(("check %s: EINVAL: policy %s: %s"):format(file, name, tostring(st.error)))
   end
-  if mod.selftest then
-    out:write(("selftest: passed (%d decisions)\n"):format(#lines))
-    for _, l in ipairs(lines) do out:write("  ", l, "\n") end
+  if r.has_selftest then
+    out:write(("selftest: passed (%d decisions)\n"):format(#(st.lines or {})))
+    for _, l in ipairs(st.lines or {}) do out:write("  ", l, "\n") end
   else
     out:write("selftest: none (add selftest = function() ... end to check your own cases)\n")
   end
-  local pok, plines = policy.preview(mod)
-  for _, l in ipairs(plines) do out:write(l, "\n") end
-  if not pok then
+  local pv = r.preview or { ok = false, lines = {} }
+  for _, l in ipairs(pv.lines or {}) do out:write(l, "\n") end
+  if not pv.ok then
     out:flush()
     return A.die(("check %s: EINVAL: policy %s: a decision failed on the sample cluster (see above); "
       .. "the node would use the default's"):format(file, name))
@@ -82,11 +80,11 @@ return function(...)
   if not source then return A.die("check " .. file .. ": " .. err) end
   local name = U.base_name(file)
   if not job.valid_name(name) then name = "check" end
-  if job.looks_like_policy(source) or policy.looks_like(source) then
-    return check_policy(file, source, name)
-  end
-  local spec, verr = job.load(source, name, nil, file)
-  if not spec then return A.die("check " .. file .. ": " .. verr) end
+  -- (compiled and run in the sandbox, as every file of code is: stored.lua)
+  local r, verr = stored.check(name, source, file)
+  if not r then return A.die("check " .. file .. ": " .. verr) end
+  if r.kind == "policy" then return check_policy(file, r, name) end
+  local spec = r.spec
   local cerr, rerr = cycles.check(name, spec)
   if cerr then return A.die("check " .. file .. ": " .. cerr) end
   if rerr then

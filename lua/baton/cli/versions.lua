@@ -15,21 +15,43 @@ return function(kind, d)
   local cmd = "baton " .. kind
   d.usages.versions = cmd .. " versions NAME [--json]"
   d.usages.diff = cmd .. " diff NAME REV1 REV2"
-  d.usages.rollback = cmd .. " rollback NAME REV [--sign KEY] [--author WHO] [--keep-versions N] [--json]"
+  d.usages.rollback = cmd .. " rollback NAME REV [--sign KEY [--trust PUBKEY|DIR ...]] [--author WHO] "
+    .. "[--keep-versions N] [--from-log] [--json]"
   d.helps.versions = format([[The %s's version log, newest first: revision, time, author, op, SHA-256
-(its first 12 hex digits; --json gives all 64 and the rest). Each put and rm
-through baton records one, with --author (default: the etcd user when etcd
-auth is on, else $USER@host); the last 20 are kept (put --keep-versions N).
-A source stored without baton (a raw etcdctl put) shows author "unknown".]], kind)
+(its first 12 hex digits; --json gives all 64 and the rest), and CHECKED:
+whether the entry matches what etcd itself stored at that revision ("ok";
+"MISMATCH": the log was rewritten, trust etcd's history; "compacted": etcd
+no longer has it, so the entry cannot be checked). Each put and rm through
+baton records one, with --author (default: the etcd user when etcd auth is
+on, else $USER@host); the last 20 are kept (put --keep-versions N). A
+source stored without baton (a raw etcdctl put) shows author "unknown".]], kind)
   d.helps.diff = "A unified diff (diff -u) of the sources stored at revisions REV1 and REV2."
   d.helps.rollback = format([[Puts the source stored at revision REV back at <prefix>%s/NAME through
 the normal put path (validated as put does), recorded as a new version with
-op "rollback of REV". --sign KEY signs it again (nodes started with --trust
-run only code signed by a key they trust; docs/security.md).]], kind == "job" and "jobs" or "policies")
+op "rollback of REV", and prints the diff from the current source to it.
+The source is etcd's own history of the key at REV, and the version log's
+entry must match it (a rewritten log is refused). Once etcd has compacted
+REV away only the log has it, which nothing can check: --from-log uses it
+all the same (review the diff first; it is never signed). --sign KEY signs
+it for where it goes now (nodes started with --trust run only code signed
+by a key they trust; docs/security.md), but only a version that KEY, or a
+public key of --trust (older keys), signed: anyone who can write etcd can
+store a version, and --sign must not make it yours. Without --sign, the
+old version's signature is dropped, as it held only where it was.]], kind == "job" and "jobs" or "policies")
+  d.usages.sign = cmd .. " sign FILE.lua --sign KEY [--name NAME] [-o OUT]"
+  d.helps.sign = format([[Checks FILE.lua as put does and prints it signed by KEY for the next version
+of <prefix>%s/NAME (creating the key with a placeholder, which nodes
+ignore, if there is none): whoever stores it next without a key (baton %s
+put OUT, or PUT /api/v1/%s/NAME) stores a source that nodes started with
+--trust load. A signature holds only there: once another put comes first,
+sign again. -o OUT writes it to OUT instead of standard output.]],
+    kind == "job" and "jobs" or "policies", kind, kind == "job" and "jobs" or "policies")
+  d.flags.sign = { sign = "string", name = "string", o = "string" }
   d.flags.versions = { json = "flag" }
   d.flags.diff = {}
-  d.flags.rollback = { sign = "string", author = "string", ["keep-versions"] = "count", json = "flag" }
-  for _, s in ipairs { "versions", "diff", "rollback" } do d.order[#d.order + 1] = s end
+  d.flags.rollback = { sign = "string", author = "string", ["keep-versions"] = "count", json = "flag",
+                       ["from-log"] = "flag", trust = "list" }
+  for _, s in ipairs { "sign", "versions", "diff", "rollback" } do d.order[#d.order + 1] = s end
 
   local function name_of(pos, n)
     local name = pos[2]
@@ -47,6 +69,26 @@ run only code signed by a key they trust; docs/security.md).]], kind == "job" an
     return r
   end
 
+  function d.sub.sign(pos, opts)
+    if not opts.sign then return d.usage("needs --sign KEY (the secret key, baton keygen)") end
+    local name, source, file = U.put_args(pos, opts, kind, d.usage, d.die)
+    local secret, serr = U.signing_key(opts)
+    if serr then return d.die("sign", name, serr) end
+    local r, err, code, extra = ops.sign_source(kind, name, source, secret, file)
+    if not r then return d.die("sign", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
+    if opts.o then
+      local f, ferr = io.open(opts.o, "wb")
+      if not f then return d.die("sign", name, "-o: " .. tostring(ferr)) end
+      f:write(r.source)
+      f:close()
+      io.stderr:write(format("baton: %s sign %s: signed by key %s for version %d of %s; wrote %s\n", kind,
+        name, r.signed_by, r.version, r.key, opts.o))
+    else
+      io.stdout:write(r.source)
+    end
+    baton.exit(0)
+  end
+
   function d.sub.versions(pos, opts)
     local name = name_of(pos, 0)
     local list, err = ops.versions(kind, name)
@@ -60,10 +102,11 @@ run only code signed by a key they trust; docs/security.md).]], kind == "job" an
       rows[#rows + 1] = {
         tostring(v.revision) .. (v.current and " *" or ""),
         type(v.time) == "number" and U.rfc3339(v.time) or "-", tostring(v.author or "unknown"),
-        tostring(v.op or "-"), v.sha256 and v.sha256:sub(1, 12) or "-",
+        tostring(v.op or "-"), type(v.sha256) == "string" and v.sha256:sub(1, 12) or "-",
+        v.checked == "mismatch" and "MISMATCH" or tostring(v.checked or "-"),
       }
     end
-    U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256" }, rows)
+    U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256", "CHECKED" }, rows)
     baton.exit(0)
   end
 
@@ -81,15 +124,23 @@ run only code signed by a key they trust; docs/security.md).]], kind == "job" an
     local rev = rev_of(pos[3])
     local secret, serr = U.signing_key(opts)
     if serr then return d.die("rollback", name, serr) end
+    local trust
+    if opts.trust and #opts.trust > 0 then
+      local terr
+      trust, terr = require("baton.sign").load_trust(opts.trust)
+      if not trust then return d.die("rollback", name, terr) end
+    end
     local r, err = ops.rollback(kind, name, rev, { author = opts.author, keep = opts["keep-versions"],
-                                                   sign = secret })
+                                                   sign = secret, trust = trust, from_log = opts["from-log"] })
     if not r then return d.die("rollback", name, err) end
     if opts.json then
       U.print_json(r)
       return baton.exit(0)
     end
-    io.stdout:write(format("rolled %s %s back to revision %d: %s (revision %d)\n", kind, name, rev, r.key,
-      r.revision))
+    io.stdout:write(r.diff ~= "" and r.diff or "(the same source as now)\n")
+    io.stdout:write(format("rolled %s %s back to revision %d: %s (revision %d)%s%s\n", kind, name, rev, r.key,
+      r.revision, r.from == "log" and ", from the version log's unchecked copy" or "",
+      r.signed_by and (", signed by key " .. r.signed_by) or ""))
     io.stdout:flush()
     for _, w in ipairs(r.warnings or {}) do
       io.stderr:write(format("baton: %s rollback %s: warning: %s\n", kind, name, w))

@@ -50,7 +50,8 @@
 -- the channel closes (the node stopped) the worker exits; if the node
 -- dies, its containment process ends the worker and everything below it.
 local baton = require "baton"
-local jobmod = require "baton.job"
+local stored = require "baton.stored"
+local sign = require "baton.sign"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
 local output = require "baton.node.output"
@@ -123,13 +124,16 @@ end
 
 local sources, nsources = {}, 0
 
--- The job's source at the revision the node loaded.
+-- The job's source at the revision the node loaded, as a key of etcd's:
+-- {value, mod_revision, create_revision, version} (what its signature is
+-- checked against: stored.job_for_run).
 local function source(run)
   local ck = run.job .. "@" .. tostring(run.code_revision)
   if type(run.source) == "string" then
     -- (sent by the node: kept, as a read would be)
     if nsources + #run.source > SOURCE_CACHE then sources, nsources = {}, 0 end
-    sources[ck] = { text = run.source, revision = run.code_revision }
+    sources[ck] = { value = run.source, mod_revision = run.code_revision,
+                    create_revision = tonumber(run.code_created), version = tonumber(run.code_version) }
     nsources = nsources + #run.source
   end
   if sources[ck] then return sources[ck] end
@@ -147,7 +151,8 @@ local function source(run)
       .. ": " .. tostring(err or "not found")
   end
   if nsources + #kv.value > SOURCE_CACHE then sources, nsources = {}, 0 end
-  sources[ck] = { text = kv.value, revision = kv.mod_revision }
+  sources[ck] = { value = kv.value, mod_revision = kv.mod_revision, create_revision = kv.create_revision,
+                  version = kv.version }
   nsources = nsources + #kv.value
   return sources[ck]
 end
@@ -351,7 +356,7 @@ end
 local function execute(run, state)
   local src, serr = source(run)
   if not src then return { ok = false, error = serr } end
-  local spec, lerr = jobmod.load(src.text, run.job, src.revision)
+  local spec, lerr = stored.job_for_run(run.job, src)
   if not spec then return { ok = false, error = lerr } end
   -- Its secrets, from this node's --secrets-dir or environment; the run
   -- fails, naming the one missing, if one is not there.
@@ -410,6 +415,11 @@ return function()
     return baton.exit(2)
   end
   relay.ch = ch
+  -- The node's --trust keys (node/pool.lua): a job's source is verified
+  -- before it is compiled here, as the node verified it (stored.lua).
+  local trust = os.getenv("BATON_TRUST")
+  stored.configure { prefix = util.prefix(),
+                     trust = trust and trust ~= "" and assert(sign.trust_text_load(trust)) or nil }
   -- Whatever else writes to stdout (not a run: those are captured) goes
   -- out line by line, not minutes later when a buffer fills.
   io.stdout:setvbuf("line")

@@ -91,6 +91,8 @@ local function env(node)
     BATON_FENCE_FD = node.fence_fd and tostring(node.fence_fd) or false,
     -- (a job's secrets are read by the worker: node/secrets.lua)
     BATON_SECRETS_DIR = node.secrets_dir or false,
+    -- (what the worker verifies a job's source with: stored.lua)
+    BATON_TRUST = node.trust and require("baton.sign").trust_text(node.trust) or false,
   }
 end
 

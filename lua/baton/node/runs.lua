@@ -516,6 +516,8 @@ local function attempt(self, run, fence, rec)
   local reply, ended = pool:call(w, {
     job = run.job, id = run.id, fire = run.fire, fence = fence, attempt = rec.attempt,
     node = self.name, code_revision = spec.revision, source = source, deadline = rec.started + spec.timeout,
+    -- (the key's create revision and version, which its signature names)
+    code_created = spec.created, code_version = spec.version,
     marker = marker, task = run.task or json.null,
     shard = run.shard or json.null, record = rec, clock = self.now() - baton.now(),
     params = rec.params or json.null, event = run.event or json.null,

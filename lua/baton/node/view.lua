@@ -10,8 +10,7 @@
 -- node stops. v.version changes whenever a mirror does.
 local baton = require "baton"
 local ops = require "baton.ops"
-local job = require "baton.job"
-local sign = require "baton.sign"
+local stored = require "baton.stored"
 local U = require "baton.cli.util"
 
 local M = {}
@@ -129,9 +128,7 @@ function V:spec_for(name, rev)
     local kv = r and r.kvs[1]
     if kv then
       -- (a node with --trust rejects what no trusted key signed first)
-      local _, err
-      if self_.trust then _, err = sign.verify(self_.trust, "job", name, kv.value) end
-      if not err then _, err = job.load(kv.value, name, rev) end
+      local _, err = stored.job(name, kv)
       if err then
         self.errors[name] = { rev = rev, err = err }
         return nil, err
