@@ -87,14 +87,28 @@ local function policy_for(self, spec)
   return policymod.builtin(name) or policymod.builtin("default")
 end
 
+-- Seconds during which the same failure of a job's policy is logged once.
+M.POLICY_WARN_EVERY = 60
+
 -- One policy decision, guarded (budget, errors, result type): the default
--- decides when the job's policy fails, and the failure is logged.
+-- decides when the job's policy fails, and the failure is logged (the same
+-- one, for the same job and function, once a POLICY_WARN_EVERY: a policy
+-- that fails for every instant would fill the log).
 local function decide(self, name, spec, fname, fields, ...)
   local res, why = policymod.decide(policy_for(self, spec), fname, ...)
   if why then
-    local f = { job = name, policy = spec.policy or "default", ["function"] = fname, error = why }
-    for k, v in pairs(fields or {}) do f[k] = v end
-    log("warn", "policy failed; the default decided", f)
+    local key = name .. "\0" .. fname .. "\0" .. why
+    local now, warned = baton.monotime(), self.policy_warned
+    if not warned[key] or now - warned[key] >= M.POLICY_WARN_EVERY then
+      if not warned[key] and next(warned) and #why < 2000 then
+        for k, t in pairs(warned) do if now - t >= M.POLICY_WARN_EVERY then warned[k] = nil end end
+      end
+      warned[key] = now
+      local f = { job = name, policy = spec.policy or "default", ["function"] = fname, error = why,
+                  repeats = format("logged once a %d s", M.POLICY_WARN_EVERY) }
+      for k, v in pairs(fields or {}) do f[k] = v end
+      log("warn", "policy failed; the default decided", f)
+    end
   end
   return res
 end
@@ -921,7 +935,7 @@ function M.run(opts)
     P = util.prefix(), e = baton.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
     timetable = {}, turns = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
-    want = {}, want_policy = {},
+    want = {}, want_policy = {}, policy_warned = {},
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers or M.WORKERS,
     pid = tonumber((io.open("/proc/self/stat"):read("*l")):match("^%d+")),
     metrics = metrics.for_node(), -- (GET /metrics: metrics.render(self))

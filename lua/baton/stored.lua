@@ -139,6 +139,25 @@ function Box:calls(reqs)
   while self.busy do self.free:wait() end
   self.busy = true
   local out = {}
+  -- (a request whose caller gave up while it waited for its turn: a
+  -- policy found stuck meanwhile)
+  local live = {}
+  for k, req in ipairs(reqs) do
+    if req.unless and req.unless() then
+      out[k] = { ok = false, code = "ECANCELED", error = "ECANCELED: " .. tostring(req.unless()) }
+    else
+      live[#live + 1] = k
+    end
+    req.unless = nil
+  end
+  if #live < #reqs then
+    local sub = {}
+    for i, k in ipairs(live) do sub[i] = reqs[k] end
+    self.busy = false
+    local r = #sub > 0 and self:calls(sub) or {}
+    for i, k in ipairs(live) do out[k] = r[i] end
+    return out
+  end
   local ok, err = pcall(function()
     local i = 1
     while i <= #reqs do
@@ -333,11 +352,13 @@ local function proxy(name, kv, r, box, handle)
         if not res.ok then break end
         state.gen = box.gen
       end
-      res = box:call { op = "decide", handle = state.handle, fname = fname, args = args }
+      res = box:call { op = "decide", handle = state.handle, fname = fname, args = args,
+                       unless = function() return state.failed end }
       if res.code ~= "ENOENT" then break end
       state.gen = -1
     end
     if not res.ok then
+      if res.code == "ECANCELED" then return false, state.failed end
       if res.code == "ETIMEDOUT" or res.code == "ESANDBOX" then
         -- A decision that took the sandbox down is not asked again: the
         -- default decides for this version from now on.
