@@ -169,10 +169,11 @@ local env_mt = { __index = function(_, k) return base_env()[k] end }
 -- that nobody vouched for yet may reach while the sandbox describes it
 -- (docs/security.md, "The sandbox"): pure functions, no files, processes,
 -- network, debug, ffi, jit or collector settings; require only of baton's
--- policy library; print goes nowhere. Each file gets views of its own, so
--- rawset on one cannot reach another file's.
+-- policy library; print goes nowhere. Its tables are built once and
+-- shared, read-only (rawset refuses them too), so that one file cannot
+-- change what the next one sees.
 local RESTRICTED_FUNCTIONS = {
-  "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset",
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget",
   "select", "setmetatable", "tonumber", "tostring", "type", "unpack", "xpcall",
 }
 local RESTRICTED_LIBS = {
@@ -191,6 +192,7 @@ local function cannot_wait(name)
   return function() error(name .. ": cannot wait here (not inside run)", 2) end
 end
 
+local is_frozen = setmetatable({}, { __mode = "k" })
 -- A read-only table of the listed fields of t (all of them: names = true).
 local function frozen(what, t, names)
   local own = {}
@@ -199,27 +201,39 @@ local function frozen(what, t, names)
   else
     for _, k in ipairs(names) do own[k] = t[k] end
   end
-  return setmetatable({}, {
+  local v = setmetatable({}, {
     __index = own,
     __newindex = function(_, k)
       error(format("%s is shared and read-only: cannot set %s.%s", what, what, tostring(k)), 2)
     end,
     __metatable = false,
   })
+  is_frozen[v] = what
+  return v
+end
+
+local function restricted_rawset(t, k, v)
+  if is_frozen[t] then
+    error(format("%s is shared and read-only: cannot set %s.%s", is_frozen[t], is_frozen[t], tostring(k)), 2)
+  end
+  return rawset(t, k, v)
 end
 
 -- require in the sandbox: baton's policy library only, as read-only views
 -- (required[view] = the module's name: `return require "baton.policies.hash"`
 -- names a built-in policy as it is).
-local required = setmetatable({}, { __mode = "k" })
+local required, views_of = setmetatable({}, { __mode = "k" }), {}
 local function restricted_require(name)
   if type(name) ~= "string" or not name:find("^baton%.policies%.[%w_]+$") then
     error(format("require %q is not available here: a job file's top level and a policy are "
       .. "described in a sandbox that loads only baton's policy library (baton.policies.*); "
       .. "require other modules inside run", tostring(name)), 2)
   end
-  local v = frozen(name, require(name), true)
-  required[v] = name
+  local v = views_of[name]
+  if not v then
+    v = frozen(name, require(name), true)
+    required[v], views_of[name] = name, v
+  end
   return v
 end
 
@@ -231,9 +245,12 @@ local function restricted_getmetatable(v)
   return getmetatable(v)
 end
 
+local restricted_base
 local function restricted_env()
+  if restricted_base then return restricted_base end
   local b = {}
   for _, k in ipairs(RESTRICTED_FUNCTIONS) do b[k] = rawget(_G, k) end
+  b.rawset = restricted_rawset
   b.getmetatable = restricted_getmetatable
   b.require = restricted_require
   b.print = function() end
@@ -244,10 +261,12 @@ local function restricted_env()
   bt.etcd = setmetatable({}, { __index = function(_, k) return cannot_wait("baton.etcd:" .. tostring(k)) end,
                                __newindex = function() error("baton is shared and read-only", 2) end,
                                __metatable = false })
+  is_frozen[bt.etcd] = "baton.etcd"
   bt.config = frozen("baton.config", { prefix = (baton.config or {}).prefix }, true)
   b.baton = frozen("baton", bt, true)
   b._VERSION = _VERSION
-  return b
+  restricted_base = { __index = b }
+  return restricted_base
 end
 
 -- A fresh global table for one job: reads fall through to the shared
@@ -256,8 +275,7 @@ end
 function M.new_env(restricted)
   local env
   if restricted then
-    local b = restricted_env()
-    env = setmetatable({}, { __index = b })
+    env = setmetatable({}, restricted_env())
   else
     env = setmetatable({}, env_mt)
   end

@@ -594,7 +594,8 @@ local function list_all(self)
         nxt = { p2, e2, c2 }
       end)
     end
-    -- (described in the sandbox together: one round trip for the page)
+    -- (described in the sandbox together, one round trip for the page,
+    -- each applied as it comes while the sandbox goes on)
     local todo = {}
     for i = 1, #kvs do
       local kv = kvs[i]
@@ -602,13 +603,12 @@ local function list_all(self)
       seen[name] = true
       if wants(self, name, kv) then todo[#todo + 1] = { name = name, kv = kv } end
     end
-    local described = stored.jobs(todo)
-    for i, item in ipairs(todo) do
+    stored.jobs(todo, nil, function(i, d)
+      local item = todo[i]
       if self.want[item.name] == item.kv.mod_revision then
-        local d = described[i]
         finish_job(self, item.name, item.kv, d.spec, d.error)
       end
-    end
+    end)
     flush_status(self)
     if not page.more or #kvs == 0 then break end
     while not nxt do baton.sleep(0.002) end

@@ -121,11 +121,20 @@ local function tree(v, depth, seen, count)
   return { ["$x"] = t }
 end
 
--- encode(v) --> one line of JSON, or nil, "why" (a cycle, too deep, too big).
-function M.encode(v)
+-- tree(v) --> v as plain data that json.encode takes (decode's untree
+-- turns it back), or nil, "why" (a cycle, too deep, too big): for a value
+-- inside a message of its own.
+function M.tree(v)
   local ok, res = pcall(tree, v, 0, {}, { 0 })
   if not ok then return nil, tostring(res) end
-  return json.encode({ v = res })
+  return res
+end
+
+-- encode(v) --> one line of JSON, or nil, "why".
+function M.encode(v)
+  local t, err = M.tree(v)
+  if err then return nil, err end
+  return json.encode({ v = t })
 end
 
 local STANDIN = { userdata = USERDATA, thread = THREAD, cdata = USERDATA }
@@ -159,5 +168,8 @@ function M.decode(s)
   if type(w) ~= "table" then error("not an encoded value", 0) end
   return untree(w.v)
 end
+
+-- untree(x) --> the value tree(v) was made from.
+M.untree = untree
 
 return M

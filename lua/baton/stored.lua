@@ -46,8 +46,8 @@ local M = {}
 M.REPLY_TIMEOUT = 5
 -- Bytes of Lua memory past which a sandbox is replaced after a request.
 M.RECYCLE_MEMORY = 128 * 2 ^ 20
--- Requests sent to a sandbox at once (a page of a listing).
-M.BATCH = 256
+-- Requests in a sandbox at once (a page of a listing).
+M.WINDOW = 64
 
 local config = { prefix = nil, trust = nil }
 
@@ -130,86 +130,95 @@ function Box:stop()
   p:wait()
 end
 
--- calls(reqs) --> a reply for each request, in order ({ok = false, error,
--- code} for one that failed, timed out or took the sandbox down). One
--- caller at a time; requests are sent together and answered in order.
--- When the sandbox dies or stops answering, the request at fault fails,
--- the sandbox is replaced and the rest are sent again.
-function Box:calls(reqs)
+-- The failure of a request whose answer did not come (rerr, rcode: what
+-- recv said; nil for an answer that is not the one awaited).
+local function lost(rerr, rcode)
+  local why = rcode == "ETIMEDOUT"
+    and format("ETIMEDOUT: it ran for more than %g seconds (a call that does not return?) and was stopped",
+      M.REPLY_TIMEOUT)
+    or rerr and format("ESANDBOX: the sandbox ended while it ran (%s)", tostring(rerr))
+    or "ESANDBOX: the sandbox answered out of turn"
+  return { ok = false, error = why, code = why:match("^(E%u+)") }
+end
+
+-- Sends reqs[k] (numbering it); false when it cannot be encoded (out[k]
+-- says why).
+function Box:send(reqs, k, out)
+  self.n = self.n + 1
+  reqs[k].id = self.n
+  local ok, line = pcall(json.encode, reqs[k])
+  if not ok then
+    out[k], reqs[k].id = { ok = false, code = "EINVAL", error = "EINVAL: " .. tostring(line) }, nil
+    return false
+  end
+  self.ch:send(line)
+  return true
+end
+
+-- calls(reqs [, each]) --> a reply for each request, in order ({ok =
+-- false, error, code} for one that failed, timed out or took the sandbox
+-- down); each(k, reply), when given, is called as reply k comes (it must
+-- not wait). One caller at a time. Up to M.WINDOW requests are in the
+-- sandbox at once, so it works on the next ones while this side handles
+-- an answer. When the sandbox dies or stops answering, the request at
+-- fault fails, the sandbox is replaced and the others are sent again.
+-- A request whose unless() says something when its turn comes is not
+-- sent (ECANCELED: its caller gave up, a policy found stuck meanwhile).
+function Box:calls(reqs, each)
   while self.busy do self.free:wait() end
   self.busy = true
-  local out = {}
-  -- (a request whose caller gave up while it waited for its turn: a
-  -- policy found stuck meanwhile)
-  local live = {}
-  for k, req in ipairs(reqs) do
-    if req.unless and req.unless() then
-      out[k] = { ok = false, code = "ECANCELED", error = "ECANCELED: " .. tostring(req.unless()) }
-    else
-      live[#live + 1] = k
-    end
-    req.unless = nil
-  end
-  if #live < #reqs then
-    local sub = {}
-    for i, k in ipairs(live) do sub[i] = reqs[k] end
-    self.busy = false
-    local r = #sub > 0 and self:calls(sub) or {}
-    for i, k in ipairs(live) do out[k] = r[i] end
-    return out
+  local out, n = {}, #reqs
+  local function done(k, r)
+    out[k] = r
+    if each then each(k, r) end
   end
   local ok, err = pcall(function()
-    local i = 1
-    while i <= #reqs do
+    local k, sent = 1, 0 -- (the next to answer, the last sent)
+    while k <= n do
       if not self.p then
         local sok, serr, scode = self:start()
         if not sok then
-          for k = i, #reqs do out[k] = { ok = false, error = serr, code = scode } end
+          for j = k, n do done(j, { ok = false, error = serr, code = scode }) end
           return
         end
+        sent = k - 1
       end
-      local first, last = i, math.min(#reqs, i + M.BATCH - 1)
-      for k = first, last do
-        self.n = self.n + 1
-        reqs[k].id = self.n
-        local eok, line = pcall(json.encode, reqs[k])
-        if not eok then
-          out[k] = { ok = false, code = "EINVAL", error = "EINVAL: " .. tostring(line) }
-          reqs[k].id = nil
+      while sent < n and sent - k + 1 < M.WINDOW do
+        sent = sent + 1
+        local why = reqs[sent].unless and reqs[sent].unless()
+        reqs[sent].unless = nil
+        if why then
+          out[sent] = { ok = false, code = "ECANCELED", error = "ECANCELED: " .. tostring(why) }
+        elseif not self:send(reqs, sent, out) then
+          reqs[sent].id = nil
+        end
+      end
+      if not reqs[k].id then
+        done(k, out[k])
+        k = k + 1
+      else
+        local line, rerr, rcode = self.ch:recv(M.REPLY_TIMEOUT)
+        local dok, r = pcall(json.decode, line or "")
+        if not line or not dok or type(r) ~= "table" or r.id ~= reqs[k].id then
+          done(k, lost(line == nil and (rerr or "end of channel") or nil, rcode))
+          self:stop()
         else
-          self.ch:send(line)
-        end
-      end
-      for k = first, last do
-        if reqs[k].id then
-          local line, rerr, rcode = self.ch:recv(M.REPLY_TIMEOUT)
-          local dok, r = pcall(json.decode, line or "")
-          if not line or not dok or type(r) ~= "table" or r.id ~= reqs[k].id then
-            local why = not line and (rcode == "ETIMEDOUT"
-              and format("ETIMEDOUT: it ran for more than %g seconds (a call that does not return?) "
-                .. "and was stopped", M.REPLY_TIMEOUT)
-              or format("ESANDBOX: the sandbox ended while it ran (%s)", tostring(rerr)))
-              or "ESANDBOX: the sandbox answered out of turn"
-            out[k] = { ok = false, error = why, code = why:match("^(E%u+)") }
-            self:stop()
-            i = k + 1
-            break
-          end
-          out[k] = r
+          done(k, r)
           if r.mem and r.mem > M.RECYCLE_MEMORY then self.recycle = true end
+          if self.recycle and sent == k then
+            self.recycle = false
+            self:stop()
+          end
         end
-        i = k + 1
-      end
-      if self.recycle and self.p then
-        self.recycle = false
-        self:stop()
+        k = k + 1
       end
     end
   end)
+  for _, req in ipairs(reqs) do req.id, req.unless = nil, nil end
   self.busy = false
   self.free:signal()
   if not ok then
-    for k = 1, #reqs do out[k] = out[k] or { ok = false, code = "EIO", error = "EIO: " .. tostring(err) } end
+    for k = 1, n do if not out[k] then done(k, { ok = false, code = "EIO", error = "EIO: " .. tostring(err) }) end end
   end
   return out
 end
@@ -255,7 +264,7 @@ end
 -- The reply of a "job" request as a spec, or nil, err, code.
 local function spec_of(name, kv, r)
   if not r.ok then return nil, stopped("job", name, r) end
-  local ok, t = pcall(sandbox.decode, r.table)
+  local ok, t = pcall(sandbox.untree, r.table)
   if not ok then return nil, "EINVAL: job " .. name .. ": the sandbox's answer cannot be read", "EINVAL" end
   return job.from_table(t, name, kv.mod_revision)
 end
@@ -288,9 +297,11 @@ function M.job(name, kv, opts)
   return spec_of(name, kv, M.box(opts.role):call(req))
 end
 
--- jobs(list [, opts]) --> for each {name, kv} of list, {spec =} or
--- {error =, code =}, compiled in as few round trips as the sandbox allows.
-function M.jobs(list, opts)
+-- jobs(list [, opts [, each]]) --> for each {name, kv} of list, {spec =}
+-- or {error =, code =}, described in as few round trips as the sandbox
+-- allows. each(i, result), when given, gets each as it comes (it must not
+-- wait), while the sandbox describes the next ones.
+function M.jobs(list, opts, each)
   opts = opts or {}
   local out, reqs, at = {}, {}, {}
   for i, item in ipairs(list) do
@@ -300,13 +311,16 @@ function M.jobs(list, opts)
       at[#reqs] = i
     else
       out[i] = { error = err, code = code }
+      if each then each(i, out[i]) end
     end
   end
-  local replies = #reqs > 0 and M.box(opts.role):calls(reqs) or {}
-  for k, r in ipairs(replies) do
-    local i = at[k]
-    local spec, err, code = spec_of(list[i].name, list[i].kv, r)
-    out[i] = spec and { spec = spec } or { error = err, code = code }
+  if #reqs > 0 then
+    M.box(opts.role):calls(reqs, function(k, r)
+      local i = at[k]
+      local spec, err, code = spec_of(list[i].name, list[i].kv, r)
+      out[i] = spec and { spec = spec } or { error = err, code = code }
+      if each then each(i, out[i]) end
+    end)
   end
   return out
 end
@@ -340,7 +354,7 @@ local function proxy(name, kv, r, box, handle)
   states[mod] = state
   return policy.remote(mod, function(_, fname, ...)
     if state.failed then return false, state.failed end
-    local args, aerr = sandbox.encode { n = select("#", ...), ... }
+    local args, aerr = sandbox.tree { n = select("#", ...), ... }
     if not args then return false, fname .. ": its arguments cannot be sent: " .. aerr end
     local res
     for _ = 1, 2 do
@@ -367,7 +381,7 @@ local function proxy(name, kv, r, box, handle)
       end
       return false, (tostring(res.error):gsub("^EPOLICY: ", ""))
     end
-    local ok, v = pcall(sandbox.decode, res.value)
+    local ok, v = pcall(sandbox.untree, res.value)
     if not ok then return false, fname .. " returned what cannot be read" end
     return true, v
   end)

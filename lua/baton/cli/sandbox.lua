@@ -16,16 +16,16 @@
 -- Lua memory the sandbox holds after it):
 --
 --   {op = "job", id, name, source, chunk}
---       --> {table = encoded}: what the file returned (baton.sandbox.encode),
+--       --> {table = tree}: what the file returned (baton.sandbox.tree),
 --           which the parent validates (baton.job.from_table)
 --   {op = "policy", id, name, source, chunk, handle, selftest, preview}
 --       --> {functions, description, has_selftest, builtin,
 --            selftest = {ok, lines | error}, preview = {ok, lines}}; the
 --           policy stays loaded under handle for "decide"
 --   {op = "check", id, name, source, chunk}   a file of either kind:
---       --> {kind = "policy", ...as policy} or {kind = "job", table = encoded}
---   {op = "decide", id, handle, fname, args = encoded list}
---       --> {value = encoded}: policy.call's result (ok false: its reason)
+--       --> {kind = "policy", ...as policy} or {kind = "job", table = tree}
+--   {op = "decide", id, handle, fname, args = tree of the list}
+--       --> {value = tree}: policy.call's result (ok false: its reason)
 --   {op = "drop", id, handle}
 -- and on failure {ok = false, error = "ECODE: ...", code}.
 local baton = require "baton"
@@ -56,10 +56,10 @@ local function fail(id, err, code)
   return { id = id, ok = false, error = err, code = code or tostring(err):match("^(E[%u%d]+):") or "EINVAL" }
 end
 
--- The reply's encoded form of v, or the failure to encode it.
+-- The reply with v as plain data (sandbox.tree), or the failure to make it.
 local function encoded(id, key, v, what)
-  local e, err = sandbox.encode(v)
-  if not e then return fail(id, "EINVAL: " .. what .. ": " .. err) end
+  local e, err = sandbox.tree(v)
+  if err then return fail(id, "EINVAL: " .. what .. ": " .. err) end
   return { id = id, ok = true, [key] = e }
 end
 
@@ -118,7 +118,7 @@ end
 function ops.decide(req)
   local mod = policies[req.handle]
   if not mod then return fail(req.id, "ENOENT: no policy loaded as " .. tostring(req.handle), "ENOENT") end
-  local ok, args = pcall(sandbox.decode, req.args)
+  local ok, args = pcall(sandbox.untree, req.args)
   if not ok or type(args) ~= "table" then return fail(req.id, "EINVAL: bad arguments") end
   local cok, res = policy.call(mod, req.fname, unpack(args, 1, args.n or #args))
   if not cok then return { id = req.id, ok = false, code = "EPOLICY", error = res } end
