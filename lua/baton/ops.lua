@@ -818,9 +818,17 @@ function M.run_job(name, opts)
   if type(given) ~= "table" then return fail("EINVAL: params must be an object of strings", "EINVAL") end
   for k, v in pairs(given) do
     if type(k) ~= "string" then return fail("EINVAL: params must be an object of strings", "EINVAL") end
+    -- (a NUL byte: the run's params are stored as JSON, which baton writes without one)
+    if k:find("%z") then
+      return fail(format("EINVAL: parameter \"%s\": a NUL byte (\\u0000) in its name", (k:gsub("%z", "\\u0000"))),
+        "EINVAL")
+    end
     if type(v) ~= "string" then
       return fail(format("EINVAL: parameter \"%s\": a string expected, got %s", k,
         v == json.null and "null" or type(v)), "EINVAL")
+    end
+    if v:find("%z") then
+      return fail(format("EINVAL: parameter \"%s\": a NUL byte (\\u0000) in its value", k), "EINVAL")
     end
   end
   if opts.force ~= nil and type(opts.force) ~= "boolean" then

@@ -273,6 +273,13 @@ static void push_status(lua_State *S, int64_t status, int term_sig,
  * (lua/baton/node/output.lua). So a program that prints a megabyte a second
  * costs the loop a memchr and a malloc per line, and memory up to cap.
  *
+ * A line longer than TAP_LINE_MAX is queued in pieces of that size, each
+ * but the last marked cont, all with the number of their tap: the worker
+ * joins them again to redact its secrets before it cuts the line for good
+ * (a secret is never stored in two halves). A cont piece of a tap is always
+ * followed by another piece of the same tap (its end is queued when the
+ * stream ends), unless the sink drops it or closes.
+ *
  * The sink is counted: one reference for its box, one while it is the
  * installed capture, one per tap; the last one frees it.
  */
@@ -280,7 +287,9 @@ typedef struct oline_s {
   struct oline_s *next;
   double t;               /* wall clock, epoch seconds, when it was complete */
   size_t len;             /* of the text */
+  double tap;             /* the tap's number */
   int is_err;             /* from stderr */
+  int cont;               /* a piece of a longer line: more of it follows */
   char *text;             /* points into data: cmd NUL text NUL */
   char data[];
 } oline_t;
@@ -295,6 +304,7 @@ typedef struct {
 
 typedef struct {
   sink_t *sink;           /* NULL: not tapped (or ended) */
+  double id;              /* its number, unique in the process */
   int is_err;
   const char *cmd;        /* argv[0]; owned by the exec or spawn state */
   size_t len;
@@ -306,6 +316,7 @@ typedef struct {
 } sinkbox_t;
 
 static sink_t *capture;   /* the installed sink, or NULL (one per process) */
+static double tap_seq;    /* the last tap's number */
 
 static void sink_clear(sink_t *s) {
   oline_t *l = s->head, *n;
@@ -323,11 +334,11 @@ static void sink_unref(sink_t *s) {
   free(s);
 }
 
-/* Queues one line (without its newline), dropping the oldest lines while
- * the text kept would pass the cap. */
-static void sink_push(sink_t *s, const char *cmd, int is_err, const char *text,
-                      size_t len) {
-  size_t clen = strlen(cmd);
+/* Queues one line of tap t (without its newline), or a piece of one (cont),
+ * dropping the oldest lines while the text kept would pass the cap. */
+static void sink_push(const tap_t *t, const char *text, size_t len, int cont) {
+  sink_t *s = t->sink;
+  size_t clen = strlen(t->cmd);
   struct timespec ts;
   oline_t *l;
   if (s->closed) return;
@@ -348,8 +359,10 @@ static void sink_push(sink_t *s, const char *cmd, int is_err, const char *text,
   l->t = (double) ts.tv_sec + ts.tv_nsec / 1e9;
   l->next = NULL;
   l->len = len;
-  l->is_err = is_err;
-  memcpy(l->data, cmd, clen + 1);
+  l->tap = t->id;
+  l->is_err = t->is_err;
+  l->cont = cont;
+  memcpy(l->data, t->cmd, clen + 1);
   l->text = l->data + clen + 1;
   memcpy(l->text, text, len);
   l->text[len] = '\0';
@@ -363,6 +376,7 @@ static void sink_push(sink_t *s, const char *cmd, int is_err, const char *text,
  * want is true. */
 static void tap_init(tap_t *t, const char *cmd, int is_err, int want) {
   t->sink = want ? capture : NULL;
+  t->id = ++tap_seq;
   t->is_err = is_err;
   t->cmd = cmd;
   t->len = 0;
@@ -378,7 +392,7 @@ static void tap_feed(tap_t *t, const char *p, size_t n) {
     if (t->len + take > TAP_LINE_MAX) {
       size_t room = TAP_LINE_MAX - t->len;
       memcpy(t->part + t->len, p, room);
-      sink_push(t->sink, t->cmd, t->is_err, t->part, TAP_LINE_MAX);
+      sink_push(t, t->part, TAP_LINE_MAX, 1);
       t->len = 0;
       p += room;
       n -= room;
@@ -387,7 +401,7 @@ static void tap_feed(tap_t *t, const char *p, size_t n) {
     memcpy(t->part + t->len, p, take);
     t->len += take;
     if (!nl) return;
-    sink_push(t->sink, t->cmd, t->is_err, t->part, t->len);
+    sink_push(t, t->part, t->len, 0);
     t->len = 0;
     p = nl + 1;
     n -= take + 1;
@@ -397,7 +411,7 @@ static void tap_feed(tap_t *t, const char *p, size_t n) {
 /* The stream ended: an unfinished last line is queued, the sink let go. */
 static void tap_end(tap_t *t) {
   if (!t->sink) return;
-  if (t->len > 0) sink_push(t->sink, t->cmd, t->is_err, t->part, t->len);
+  if (t->len > 0) sink_push(t, t->part, t->len, 0);
   t->len = 0;
   sink_unref(t->sink);
   t->sink = NULL;
@@ -455,8 +469,10 @@ static int l_output_capture(lua_State *L) {
   return 1;
 }
 
-/* sink:take() -> {{t=, stream=, cmd=, text=}, ...}, dropped; nothing at all
- * when no line came and none was dropped since the last take. */
+/* sink:take() -> {{t=, stream=, cmd=, text=, tap=, cont=}, ...}, dropped;
+ * nothing at all when no line came and none was dropped since the last
+ * take. tap numbers the stream of a program; cont is true for a piece of a
+ * longer line (see above). */
 static int l_sink_take(lua_State *L) {
   sink_t *s = check_sink(L);
   oline_t *l, *n;
@@ -466,9 +482,15 @@ static int l_sink_take(lua_State *L) {
   /* stack: sink list */
   for (l = s->head; l; l = n) {
     n = l->next;
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 6);
     lua_pushnumber(L, l->t);
     lua_setfield(L, -2, "t");
+    lua_pushnumber(L, l->tap);
+    lua_setfield(L, -2, "tap");
+    if (l->cont) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "cont");
+    }
     lua_pushstring(L, l->is_err ? "stderr" : "stdout");
     lua_setfield(L, -2, "stream");
     lua_pushstring(L, l->data);

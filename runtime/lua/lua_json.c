@@ -3,8 +3,16 @@
  * bindings use. A Lua table whose keys are exactly 1..n is an array; an
  * empty table is an object unless it carries baton.json.array's metatable;
  * baton.json.null stands for JSON null.
+ *
+ * decode gives strings exactly, a NUL byte (\u0000) included: cJSON ends
+ * its strings at a NUL, so a text with \u0000 is parsed with each of them
+ * written as a private-use character the text does not hold, which is
+ * turned back into a NUL as the strings are pushed. encode refuses strings
+ * with a NUL byte (callers store them as they are, and a NUL would end
+ * them in C).
  */
 #include "lua_json.h"
+#include "jsonnul.h"
 #include "lua_mod.h"
 #include "rt.h"
 #include "err.h"
@@ -23,7 +31,14 @@ static void push_null(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, NULL_KEY);
 }
 
-void bt_lua_push_json(lua_State *L, const cJSON *j) {
+/* Pushes string s; with mark (bt_json_nul_prepare), each mark in it is a
+ * NUL byte (s is changed in place). */
+static void push_str(lua_State *L, char *s, const char *mark) {
+  if (mark) lua_pushlstring(L, s, bt_json_nul_restore(s, mark));
+  else lua_pushstring(L, s);
+}
+
+static void push_json(lua_State *L, const cJSON *j, const char *nul) {
   const cJSON *c;
   int i = 1;
   luaL_checkstack(L, 4, "json too deep");
@@ -32,11 +47,11 @@ void bt_lua_push_json(lua_State *L, const cJSON *j) {
   case cJSON_True: lua_pushboolean(L, 1); break;
   case cJSON_NULL: push_null(L); break;
   case cJSON_Number: lua_pushnumber(L, j->valuedouble); break;
-  case cJSON_String: lua_pushstring(L, j->valuestring); break;
+  case cJSON_String: push_str(L, j->valuestring, nul); break;
   case cJSON_Array:
     lua_createtable(L, cJSON_GetArraySize(j), 0);
     for (c = j->child; c; c = c->next) {
-      bt_lua_push_json(L, c);
+      push_json(L, c, nul);
       lua_rawseti(L, -2, i++);
     }
     if (i == 1) luaL_setmetatable(L, ARRAY_MT);
@@ -44,12 +59,17 @@ void bt_lua_push_json(lua_State *L, const cJSON *j) {
   case cJSON_Object:
     lua_newtable(L);
     for (c = j->child; c; c = c->next) {
-      bt_lua_push_json(L, c);
-      lua_setfield(L, -2, c->string);
+      push_str(L, c->string, nul);
+      push_json(L, c, nul);
+      lua_rawset(L, -3);
     }
     break;
   default: lua_pushnil(L);
   }
+}
+
+void bt_lua_push_json(lua_State *L, const cJSON *j) {
+  push_json(L, j, NULL);
 }
 
 static int is_null(lua_State *L, int idx) {
@@ -192,18 +212,33 @@ static int l_encode(lua_State *L) {
   return 1;
 }
 
+/* baton.json.decode(s) -> value, or nil, "EINVAL: invalid JSON at byte N",
+ * "EINVAL". A raw NUL byte is invalid (JSON escapes it: \u0000). */
 static int l_decode(lua_State *L) {
-  size_t n;
+  size_t n, at = 0;
   const char *s = luaL_checklstring(L, 1, &n);
   const char *end = NULL;
-  cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+  char *copy = NULL, mark[4], msg[96];
+  cJSON *j;
+  int rc = bt_json_nul_prepare(s, n, &copy, mark, &at);
+  if (rc == BT_EINVAL) {
+    snprintf(msg, sizeof(msg), "invalid JSON at byte %zu: a NUL byte (write it \\u0000)", at + 1);
+    return bt_push_fail(L, BT_EINVAL, msg);
+  }
+  if (rc == BT_ENOTSUP)
+    return bt_push_fail(L, BT_EINVAL, "cannot decode \\u0000 in a text that holds every "
+                        "private-use character");
+  if (rc < 0) return bt_push_fail(L, rc, NULL);
+  j = cJSON_ParseWithLengthOpts(copy ? copy : s, n, &end, 0);
   if (!j) {
-    size_t at = end && end >= s ? (size_t) (end - s) : 0;
-    char msg[96];
+    const char *base = copy ? copy : s;
+    at = end && end >= base ? (size_t) (end - base) : 0;
+    free(copy);
     snprintf(msg, sizeof(msg), "invalid JSON at byte %zu", at + 1);
     return bt_push_fail(L, BT_EINVAL, msg);
   }
-  bt_lua_push_json(L, j);
+  push_json(L, j, copy ? mark : NULL);
+  free(copy);
   cJSON_Delete(j);
   return 1;
 }

@@ -4,9 +4,10 @@
  *
  *   baton.log.info("backup done", {job = "db", bytes = 1024})
  *
- * baton._log_filter(fn | nil): fn(text) -> text is applied to the message
- * and to every field's text (not to raw numbers and booleans) before a
- * line is written; a worker sets it for a run to redact its secrets
+ * baton._log_filter(fn | nil): fn(text) -> text is applied to the message,
+ * to every field's name and to every field's text before a line is
+ * written (a number or boolean whose text the filter changes is written as
+ * the filter's string); a worker sets it for a run to redact its secrets
  * (lua/baton/cli/worker.lua). fn must not wait.
  */
 #include "logfmt.h"
@@ -66,19 +67,23 @@ static const char *push_value(lua_State *L, int idx, size_t *len, int *raw) {
 #define LOG_FILTER "baton.log_filter"
 
 /* Replaces the string on top of the stack by what the log filter makes of
- * it, if a filter is set. */
-static void filter_top(lua_State *L) {
+ * it, if a filter is set. Returns 1 when the filter changed it. */
+static int filter_top(lua_State *L) {
+  int changed;
   lua_getfield(L, LUA_REGISTRYINDEX, LOG_FILTER); /* stack: ... text filter */
   if (!lua_isfunction(L, -1)) {
     lua_pop(L, 1);
-    return;
+    return 0;
   }
-  lua_insert(L, -2); /* stack: ... filter text */
-  lua_call(L, 1, 1);
+  lua_pushvalue(L, -2);
+  lua_call(L, 1, 1); /* stack: ... text filtered */
   if (lua_type(L, -1) != LUA_TSTRING) {
     lua_pop(L, 1);
     lua_pushliteral(L, "(the log filter returned no string)");
   }
+  changed = !lua_rawequal(L, -1, -2);
+  lua_remove(L, -2);
+  return changed;
 }
 
 /* baton.log.<level>(msg [, fields]); the level is upvalue 1. */
@@ -119,9 +124,10 @@ static int log_call(lua_State *L) {
         return luaL_error(L, "baton.log.%s: field names must be strings "
                           "(got %s)", name, luaL_typename(L, -2));
       lua_pushvalue(L, -2);
+      filter_top(L);
       lua_rawseti(L, 3, (int) (3 * n + 1));
       push_value(L, lua_gettop(L), &len, &raw);
-      if (!raw) filter_top(L);
+      if (filter_top(L)) raw = 0;
       lua_rawseti(L, 3, (int) (3 * n + 2));
       lua_pushboolean(L, raw);
       lua_rawseti(L, 3, (int) (3 * n + 3));

@@ -494,11 +494,31 @@ static int l_release_memory(lua_State *L) {
   return 1;
 }
 
+/* baton._setenv(name, value | nil): sets (or with nil removes) a variable
+ * of the process's own environment, which the programs it starts inherit
+ * (baton.spawn, baton.exec). For the node's setup, before it starts
+ * anything (the environment is not guarded against threads that read it).
+ * Returns true, or nil, "ECODE: message", code. */
+static int l_setenv(lua_State *L) {
+  size_t n;
+  const char *name = luaL_checklstring(L, 1, &n);
+  const char *value = luaL_optstring(L, 2, NULL);
+  int rc;
+  if (n == 0 || strlen(name) != n || strchr(name, '='))
+    return luaL_error(L, "baton._setenv: invalid name '%s'", name);
+  if (value && strlen(value) != lua_objlen(L, 2))
+    return luaL_error(L, "baton._setenv: %s: the value holds a NUL byte", name);
+  rc = value ? setenv(name, value, 1) : unsetenv(name);
+  if (rc != 0) return bt_push_fail(L, BT_ENOMEM, name);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 int bt_lua_open_core(lua_State *L) {
   static const luaL_Reg fns[] = {
     {"sleep", l_sleep}, {"now", l_now}, {"monotime", l_monotime}, {"go", l_go},
     {"exit", l_exit}, {"_coroutines", l_coroutines}, {"_cond", l_cond},
-    {"_release_memory", l_release_memory},
+    {"_release_memory", l_release_memory}, {"_setenv", l_setenv},
     {NULL, NULL}
   };
   const luaL_Reg *f;

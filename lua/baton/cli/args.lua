@@ -25,7 +25,7 @@ end
 
 -- Prints "baton: <msg>" and exits with status (1 by default).
 function M.die(msg, status)
-  io.stderr:write("baton: ", msg, "\n")
+  io.stderr:write("baton: ", require("baton.cli.util").escape(msg, true), "\n")
   io.stderr:flush()
   baton.exit(status or 1)
 end

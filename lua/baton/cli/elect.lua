@@ -4,6 +4,7 @@
 -- baton elect -l NAME: print each leader's key and value as it changes.
 local baton = require "baton"
 local A = require "baton.cli.args"
+local U = require "baton.cli.util"
 
 local USAGE = "baton elect NAME PROPOSAL [--ttl S] | baton elect -l NAME"
 local HELP = [[Campaigns for NAME with PROPOSAL (etcd's election recipe, so etcdctl elect
@@ -26,7 +27,7 @@ local function listen(name)
   while true do
     local ok, leader = pcall(next_leader)
     if not ok then return A.die("elect -l " .. name .. ": " .. tostring(leader)) end
-    out(leader.key, "\n", leader.value, "\n")
+    out(U.escape(leader.key), "\n", U.escape(leader.value), "\n")
   end
 end
 

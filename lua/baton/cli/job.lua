@@ -363,8 +363,8 @@ function sub.kill(pos)
   for _, t in ipairs(targets) do
     -- (when the attempt ended meanwhile, its record says how, below)
     if t.asked then
-      io.stdout:write(format("stopping run %s of job %s on node %s (attempt %s)\n", t.id, name,
-        tostring(t.node or "?"), tostring(t.attempt or "?")))
+      io.stdout:write(U.escape(format("stopping run %s of job %s on node %s (attempt %s)", t.id, name,
+        tostring(t.node or "?"), tostring(t.attempt or "?"))), "\n")
     end
   end
   io.stdout:flush()
@@ -381,16 +381,16 @@ function sub.kill(pos)
     end
     local state = rec and U.field(rec, "state")
     if state == "killed" then
-      io.stdout:write(format("killed run %s of job %s (%s)\n", t.id, name,
-        tostring(U.field(rec, "error") or "killed")))
+      io.stdout:write(U.escape(format("killed run %s of job %s (%s)", t.id, name,
+        tostring(U.field(rec, "error") or "killed"))), "\n")
     elseif state then
       failed = true
-      io.stderr:write(format("baton: job kill %s %s: the run ended %s before it could be stopped\n",
-        name, t.id, state))
+      io.stderr:write(U.escape(format("baton: job kill %s %s: the run ended %s before it could be stopped",
+        name, t.id, tostring(state))), "\n")
     else
       failed = true
-      io.stderr:write(format("baton: job kill %s %s: asked to stop, but it is still running after %d s "
-        .. "(it is recorded killed once its processes are gone)\n", name, t.id, KILL_WAIT))
+      io.stderr:write(U.escape(format("baton: job kill %s %s: asked to stop, but it is still running after %d s "
+        .. "(it is recorded killed once its processes are gone)", name, t.id, KILL_WAIT)), "\n")
     end
   end
   baton.exit(failed and 1 or 0)
@@ -472,7 +472,7 @@ local function end_line(rec, a)
   local s = format("--- %s: %s", what, tostring(st or "?"))
   if #bits > 0 then s = s .. " (" .. concat(bits, " ") .. ")" end
   if err then s = s .. ": " .. tostring(err):gsub("\n", " ") end
-  return s .. " ---"
+  return U.escape(s .. " ---")
 end
 
 function sub.logs(pos, opts)
@@ -553,7 +553,7 @@ function sub.logs(pos, opts)
     if want or a <= attempt then return end
     attempt = a
     if not opts.json then
-      io.stdout:write(format("--- attempt %d%s ---\n", a, node and (" on " .. tostring(node)) or ""))
+      io.stdout:write(U.escape(format("--- attempt %d%s ---", a, node and (" on " .. tostring(node)) or "")), "\n")
     end
     show((read(attempt)))
   end
@@ -583,8 +583,8 @@ function sub.logs(pos, opts)
             return finish(ended)
           end
           if st == "retrying" and a == attempt and not opts.json then
-            io.stdout:write(format("--- attempt %d ended: %s; it runs again ---\n", a,
-              tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))
+            io.stdout:write(U.escape(format("--- attempt %d ended: %s; it runs again ---", a,
+              (tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))), "\n")
           end
           switch(a, U.field(nrec, "node"))
         end

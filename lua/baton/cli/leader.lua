@@ -17,7 +17,7 @@ return function(...)
   if opts.json then
     U.print_json(l)
   else
-    io.stdout:write(l.value, "\n")
+    io.stdout:write(U.escape(l.value), "\n")
   end
   baton.exit(0)
 end

@@ -68,6 +68,13 @@ return function(...)
     end
     http = { addr = opts.http, token_file = opts["http-token-file"], cert_file = opts["http-cert"],
              key_file = opts["http-key"] }
+    -- Its workers redact the token from what runs print, log and fail
+    -- with (node/output.lua): they read it from the file, whose path they
+    -- inherit in BATON_HTTP_TOKEN_FILE. The path, not the token: a job
+    -- runs as the node's user and could read the file anyway (the path is
+    -- in the node's command line), but the programs it starts, which
+    -- inherit the environment too, are not handed the token itself.
+    if opts["http-token-file"] then baton._setenv("BATON_HTTP_TOKEN_FILE", opts["http-token-file"]) end
   else
     for _, f in ipairs { "http-token-file", "http-cert", "http-key" } do
       if opts[f] then return A.usage("node", USAGE, "--" .. f .. " goes with --http ADDR") end

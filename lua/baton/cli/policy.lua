@@ -145,7 +145,7 @@ function sub.show(pos, opts)
   U.print_fields(f)
   if st and st.passed and #st.lines > 0 then
     io.stdout:write("\nselftest decisions:\n")
-    for _, l in ipairs(st.lines) do io.stdout:write("  ", l, "\n") end
+    for _, l in ipairs(st.lines) do io.stdout:write("  ", U.escape(l), "\n") end
   end
   io.stdout:write("\nnodes:\n")
   if #d.status == 0 then

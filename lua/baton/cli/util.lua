@@ -1,12 +1,104 @@
 -- Helpers shared by the job, queue, nodes and leader subcommands: the key
 -- prefix and layout (design.md section 9), time formatting, aligned tables,
--- reading files, ids.
+-- text from etcd made safe for a terminal, reading files, ids.
 local baton = require "baton"
 
 local format, floor, concat = string.format, math.floor, table.concat
 local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
+local byte, find, sub = string.byte, string.find, string.sub
 
 local M = {}
+
+-- Text from etcd (or from what a run printed) as the CLI prints it: every
+-- byte that a terminal would act on rather than show is shown instead as
+-- an escape, so stored text can neither change the terminal (colours,
+-- hidden text, the title, the clipboard: OSC 52), nor overwrite what is
+-- on the line (\r, backspaces), nor fake lines of baton's own output:
+--
+--   \n          a newline, unless multiline (a body of several lines)
+--   \r          a carriage return
+--   \xNN        any other C0 control character but the tab (ESC is
+--               \x1b), DEL (\x7f), each byte of a C1 control character
+--               (U+0080..U+009F: \xc2\x9b) and each byte that is not
+--               part of valid UTF-8 (a lone \x9b is CSI to an 8-bit
+--               terminal)
+--   \uXXXX      the Unicode controls of text direction (U+202A..U+202E,
+--               U+2066..U+2069), which reorder what a reader sees
+--
+-- A tab, valid UTF-8 and every other byte are kept; a backslash is not
+-- escaped itself (the text "\x1b" shows as it is: --json gives the exact
+-- bytes). Text with nothing to escape is returned as it is.
+function M.escape(text, multiline)
+  text = tostring(text)
+  if not find(text, multiline and "[%z\1-\8\11-\31\127-\255]" or "[%z\1-\8\10-\31\127-\255]") then
+    return text
+  end
+  local out, i, n, from = {}, 1, #text, 1
+  local function put(upto, esc)
+    if upto >= from then out[#out + 1] = sub(text, from, upto) end
+    out[#out + 1] = esc
+  end
+  while i <= n do
+    local c = byte(text, i)
+    if c < 0x20 or c == 0x7f then
+      if c == 9 or (c == 10 and multiline) then
+        i = i + 1
+      else
+        put(i - 1, c == 10 and "\\n" or c == 13 and "\\r" or format("\\x%02x", c))
+        i = i + 1
+        from = i
+      end
+    elseif c < 0x80 then
+      i = i + 1
+    else
+      -- The length of the valid UTF-8 sequence at i (0: none), as
+      -- runtime/core/logfmt.c reads it.
+      local len, lo, hi = 0, 0x80, 0xbf
+      if c >= 0xc2 and c <= 0xdf then len = 2
+      elseif c >= 0xe0 and c <= 0xef then
+        len = 3
+        if c == 0xe0 then lo = 0xa0 elseif c == 0xed then hi = 0x9f end
+      elseif c >= 0xf0 and c <= 0xf4 then
+        len = 4
+        if c == 0xf0 then lo = 0x90 elseif c == 0xf4 then hi = 0x8f end
+      end
+      if len > 0 then
+        local c2 = byte(text, i + 1)
+        if not c2 or c2 < lo or c2 > hi then len = 0 end
+        for k = 2, len - 1 do
+          local ck = len > 0 and byte(text, i + k)
+          if not ck or ck < 0x80 or ck > 0xbf then len = 0 end
+        end
+      end
+      if len == 0 then
+        put(i - 1, format("\\x%02x", c))
+        i = i + 1
+        from = i
+      elseif len == 2 and c == 0xc2 and byte(text, i + 1) <= 0x9f then
+        put(i - 1, format("\\xc2\\x%02x", byte(text, i + 1)))
+        i = i + 2
+        from = i
+      elseif len == 3 and c == 0xe2 and ((byte(text, i + 1) == 0x80 and byte(text, i + 2) >= 0xaa
+          and byte(text, i + 2) <= 0xae) or (byte(text, i + 1) == 0x81 and byte(text, i + 2) >= 0xa6
+          and byte(text, i + 2) <= 0xa9)) then
+        local cp = (byte(text, i + 1) - 0x80) * 64 + byte(text, i + 2) - 0x80 + 0x2000
+        put(i - 1, format("\\u%04x", cp))
+        i = i + 3
+        from = i
+      else
+        i = i + len
+      end
+    end
+  end
+  if from <= n then out[#out + 1] = sub(text, from) end
+  return concat(out)
+end
+
+-- io.stdout:write of text from etcd (M.escape), each argument escaped;
+-- multi-line when multiline.
+function M.write(multiline, ...)
+  for i = 1, select("#", ...) do io.stdout:write(M.escape((select(i, ...)), multiline)) end
+end
 
 -- The configured prefix (--prefix, BATON_PREFIX, default "/baton/"), with
 -- a trailing "/" added when missing.
@@ -53,12 +145,17 @@ end
 
 -- Prints rows (lists of strings) in aligned columns under a header, two
 -- spaces apart, the last column unpadded. Nothing at all when rows is empty.
+-- Each cell is escaped (M.escape, one line).
 function M.print_table(header, rows, out)
   out = out or io.stdout
   if #rows == 0 then return end
   local width = {}
   local all = { header }
-  for _, r in ipairs(rows) do all[#all + 1] = r end
+  for _, r in ipairs(rows) do
+    local c = {}
+    for i = 1, #header do c[i] = M.escape(r[i] == nil and "-" or r[i]) end
+    all[#all + 1] = c
+  end
   for _, r in ipairs(all) do
     for i = 1, #header do
       local v = tostring(r[i] == nil and "-" or r[i])
@@ -75,13 +172,14 @@ function M.print_table(header, rows, out)
   end
 end
 
--- "key: value" lines with the values aligned.
+-- "key: value" lines with the values aligned, each value escaped (M.escape,
+-- one line).
 function M.print_fields(list, out)
   out = out or io.stdout
   local w = 0
   for _, kv in ipairs(list) do if #kv[1] > w then w = #kv[1] end end
   for _, kv in ipairs(list) do
-    out:write(kv[1], ":", (" "):rep(w - #kv[1] + 2), tostring(kv[2]), "\n")
+    out:write(kv[1], ":", (" "):rep(w - #kv[1] + 2), M.escape(kv[2]), "\n")
   end
 end
 

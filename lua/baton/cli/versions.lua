@@ -115,7 +115,7 @@ sign again. -o OUT writes it to OUT instead of standard output.]],
     local r1, r2 = rev_of(pos[3]), rev_of(pos[4])
     local text, err = ops.diff_versions(kind, name, r1, r2)
     if not text then return d.die("diff", name, err) end
-    io.stdout:write(text)
+    io.stdout:write(U.escape(text, true))
     baton.exit(0)
   end
 

@@ -168,12 +168,19 @@ end
 local NODE_SECRETS = output.node_secrets()
 
 -- v with every secret of the list redacted: strings, and the string
--- values of a table of fields (a copy).
+-- keys and values of a table of fields (a copy; the node's log filter,
+-- baton._log_filter, redacts what is left: numbers, tables).
 local function scrub(v, list)
   if type(v) == "string" then return output.redact(v, list) end
   if type(v) ~= "table" then return v end
   local c = {}
-  for k, x in pairs(v) do c[k] = type(x) == "string" and output.redact(x, list) or x end
+  for k, x in pairs(v) do
+    if type(k) == "string" then
+      k = output.redact(k, list)
+      while c[k] ~= nil do k = k .. "_" end -- (two names redacted alike)
+    end
+    c[k] = type(x) == "string" and output.redact(x, list) or x
+  end
   return c
 end
 
@@ -193,24 +200,23 @@ end
 -- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
 -- becomes log lines of the run, one per line as soon as the line is
 -- complete, tagged with the run's fields and the stream, and lines of its
--- kept output (kept, an output.lua buffer). out.flush() writes what is left
--- of an unfinished line at the end of the run.
+-- kept output (kept, an output.lua buffer). A line longer than
+-- output.LINE_MAX is cut, its secrets redacted before it is (an
+-- output.cutter per stream). out.flush() writes what is left of an
+-- unfinished line at the end of the run.
 local function printed(run, kept, list)
-  local fields, bufs = run_fields(run), { stdout = "", stderr = "" }
-  local function emit(stream, data)
-    local buf = bufs[stream] .. data
-    local from = 1
-    while true do
-      local nl = buf:find("\n", from, true)
-      if not nl then break end
+  local fields = run_fields(run)
+  local cuts = { stdout = output.cutter(list), stderr = output.cutter(list) }
+  local function put(stream, texts)
+    for _, text in ipairs(texts) do
       local f = { stream = stream }
       for k, v in pairs(fields) do f[k] = v end
-      local text = output.redact(buf:sub(from, nl - 1), list)
       baton.log.info(text, f)
       if kept then kept:add { stream = stream, text = text } end
-      from = nl + 1
     end
-    bufs[stream] = buf:sub(from)
+  end
+  local function emit(stream, data)
+    put(stream, cuts[stream]:feed(data))
   end
   local function writer(stream)
     return function(...)
@@ -246,9 +252,7 @@ local function printed(run, kept, list)
                           output = function() return out.stdout end },
                         { __index = io })
   function out.flush()
-    for stream, buf in pairs(bufs) do
-      if buf ~= "" then emit(stream, "\n") end
-    end
+    for stream, cut in pairs(cuts) do put(stream, cut:finish()) end
   end
   return out
 end
@@ -395,8 +399,9 @@ local function execute(run, state)
   elseif state.cancelled then reply = { ok = false, error = "cancelled" }
   elseif run.deadline and now() >= run.deadline then reply = { ok = false, error = "timed out" }
   else reply = { ok = true } end
-  -- The error is recorded and logged by the node: none of the secrets.
-  if reply.error then reply.error = output.redact(reply.error, list) end
+  -- The error is recorded and logged by the node: none of the secrets,
+  -- and no NUL byte (as in the kept output: \x00).
+  if reply.error then reply.error = output.clean(output.redact(reply.error, list)) end
   if swept == nil then
     -- Some process of the run would not die: leave it to the node, which
     -- stops this worker and waits for them before it records the run.

@@ -36,7 +36,7 @@
 local baton = require "baton"
 local json = baton.json
 
-local format, floor, concat = string.format, math.floor, table.concat
+local format, floor, concat, find = string.format, math.floor, table.concat, string.find
 
 local M = {}
 
@@ -68,8 +68,9 @@ end
 -- secrets
 
 -- What the node knows that must never be stored: the etcd password
--- (--password, BATON_PASSWORD) and the content of the HTTP token file
--- (BATON_HTTP_TOKEN_FILE, which the node's --http-token-file sets).
+-- (--password, BATON_PASSWORD) and the HTTP token (the first line of the
+-- file BATON_HTTP_TOKEN_FILE names, trimmed, as node/http.lua reads it:
+-- `baton node --http-token-file F` sets that variable for its workers).
 function M.node_secrets()
   local list, seen = {}, {}
   local function add(s)
@@ -82,7 +83,7 @@ function M.node_secrets()
   local tf = os.getenv("BATON_HTTP_TOKEN_FILE")
   if tf and tf ~= "" then
     local f = io.open(tf, "rb")
-    if f then add(f:read("*a")); f:close() end
+    if f then add((f:read("*a") or ""):match("^[^\r\n]*")); f:close() end
   end
   -- The longest first: a secret that contains another is redacted whole.
   table.sort(list, function(a, b) return #a > #b end)
@@ -91,24 +92,160 @@ end
 
 M.REDACTED = "***"
 
--- text with every occurrence of each secret replaced by *** (M.REDACTED).
-function M.redact(text, secrets)
+-- The places of the secrets in text: a sorted list of {a, b} (byte
+-- ranges), occurrences that overlap merged into one, or nil when there is
+-- none. Every occurrence counts, overlapping ones too ("aa" in "aaa").
+local function spans(text, secrets)
+  local list
   for i = 1, #secrets do
     local s = secrets[i]
-    if text:find(s, 1, true) then
-      local parts, from = {}, 1
-      while true do
-        local a, b = text:find(s, from, true)
-        if not a then break end
-        parts[#parts + 1] = text:sub(from, a - 1)
-        parts[#parts + 1] = M.REDACTED
-        from = b + 1
+    if s ~= "" then
+      local a, b = find(text, s, 1, true)
+      while a do
+        list = list or {}
+        list[#list + 1] = { a, b }
+        a, b = find(text, s, a + 1, true)
       end
-      parts[#parts + 1] = text:sub(from)
-      text = concat(parts)
     end
   end
-  return text
+  if not list then return nil end
+  table.sort(list, function(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] > y[2]) end)
+  local merged, cur = {}, list[1]
+  for i = 2, #list do
+    local n = list[i]
+    if n[1] <= cur[2] then
+      if n[2] > cur[2] then cur = { cur[1], n[2] } end
+    else
+      merged[#merged + 1] = cur
+      cur = n
+    end
+  end
+  merged[#merged + 1] = cur
+  return merged
+end
+
+-- text with every occurrence of each secret replaced by *** (M.REDACTED);
+-- occurrences that overlap are one ***.
+function M.redact(text, secrets)
+  local sp = spans(text, secrets)
+  if not sp then return text end
+  local parts, from = {}, 1
+  for _, r in ipairs(sp) do
+    parts[#parts + 1] = text:sub(from, r[1] - 1)
+    parts[#parts + 1] = M.REDACTED
+    from = r[2] + 1
+  end
+  parts[#parts + 1] = text:sub(from)
+  return concat(parts)
+end
+
+-- text as it can be stored: a NUL byte (which the JSON of a chunk cannot
+-- hold) becomes the four characters \x00, as `baton job logs` shows other
+-- control characters. Everything else is kept.
+function M.clean(text)
+  if not find(text, "\0", 1, true) then return text end
+  return (text:gsub("%z", "\\x00"))
+end
+
+-- The length of the longest end of text that is the beginning (not the
+-- whole) of a secret: those bytes may be a secret that is not all there
+-- yet.
+local function pending(text, secrets)
+  local n, best = #text, 0
+  for i = 1, #secrets do
+    local s = secrets[i]
+    local first = s:sub(1, 1)
+    if #s > best + 1 and first ~= "" then
+      -- the earliest start in the last #s - 1 bytes that matches
+      local p = find(text, first, math.max(1, n - #s + 2), true)
+      while p and n - p + 1 > best do
+        if text:sub(p) == s:sub(1, n - p + 1) then best = n - p + 1; break end
+        p = find(text, first, p + 1, true)
+      end
+    end
+  end
+  return best
+end
+
+-- A line cutter for one stream of text (what a run writes to its stdout,
+-- the stderr of one program): lines longer than LINE_MAX are cut into
+-- pieces, and the secrets are redacted before any cut, so that no secret
+-- is ever stored in two halves. A piece ends before a secret that crosses
+-- its end (a piece may be shorter than LINE_MAX for it), and the last
+-- bytes that may begin a secret (at most as many as the longest secret)
+-- wait for what comes next. So it holds at most LINE_MAX bytes and the
+-- longest secret.
+local Cut = {}
+Cut.__index = Cut
+
+function M.cutter(secrets)
+  local longest = 0
+  for _, s in ipairs(secrets) do if #s > longest then longest = #s end end
+  return setmetatable({ secrets = secrets, longest = longest, carry = "" }, Cut)
+end
+
+-- Cuts the pieces off the line being written while it is longer than
+-- LINE_MAX; adds them (redacted) to out.
+function Cut:cut(out)
+  local secrets, max = self.secrets, M.LINE_MAX
+  while #self.carry > max do
+    local raw, k = self.carry, max
+    if #raw < k + self.longest then
+      -- A secret that starts at or before k may not be all there yet.
+      k = math.min(k, #raw - pending(raw, secrets))
+    end
+    if k >= 1 then
+      -- Every secret that starts at or before k is within the window: the
+      -- piece ends before one that crosses k, or after it when it begins
+      -- the piece (a run of secrets longer than a line).
+      for _, r in ipairs(spans(raw:sub(1, k + self.longest), secrets) or {}) do
+        if r[1] <= k and r[2] > k then k = r[1] > 1 and r[1] - 1 or r[2] end
+      end
+    end
+    if k < 1 then break end -- (wait for the rest of a long secret)
+    out[#out + 1] = M.redact(raw:sub(1, k), secrets)
+    self.carry = raw:sub(k + 1)
+    self.was_cut = true
+  end
+  return out
+end
+
+-- Bytes of the line being written (no newline in them): the pieces cut
+-- off so far, redacted.
+function Cut:more(text)
+  self.carry = self.carry .. text
+  return self:cut({})
+end
+
+-- The line ends with text: what is left of it, redacted (a list of one,
+-- or none for a line that was all cut off already and had nothing left).
+function Cut:last(text, out)
+  out = out or {}
+  local line = self.carry .. text
+  self.carry = ""
+  if line ~= "" or not self.was_cut then out[#out + 1] = M.redact(line, self.secrets) end
+  self.was_cut = nil
+  return out
+end
+
+-- Text as written (newlines in it end lines): the complete lines and the
+-- pieces cut off, redacted, in order.
+function Cut:feed(data)
+  local out, from = {}, 1
+  while true do
+    local nl = find(data, "\n", from, true)
+    if not nl then break end
+    self:last(data:sub(from, nl - 1), out)
+    from = nl + 1
+  end
+  self.carry = self.carry .. data:sub(from)
+  return self:cut(out)
+end
+
+-- The stream ended: an unfinished last line, redacted (or nothing).
+function Cut:finish()
+  if self.carry == "" then return {} end
+  return self:last("")
 end
 
 ---------------------------------------------------------------------------
@@ -140,13 +277,16 @@ function B:skip(n)
 end
 
 -- Queues one line: {stream=, text=, t=, level=, fields=, cmd=}. The oldest
--- queued lines go while the queued lines pass the cap. A line longer than
--- LINE_MAX is cut into lines of LINE_MAX bytes.
+-- queued lines go while the queued lines pass the cap. The text is
+-- redacted whole, then a text longer than LINE_MAX is cut into lines of
+-- LINE_MAX bytes (what the run prints comes already cut, by a cutter:
+-- this is for ctx.log and the like).
 function B:add(line)
   if self.sink and not line.from_sink then self:drain() end
   line.from_sink = nil
   local text = line.text
   if type(text) ~= "string" then text = tostring(text) end
+  text = M.clean(M.redact(text, self.secrets))
   while #text > M.LINE_MAX do
     local piece = {}
     for k, v in pairs(line) do piece[k] = v end
@@ -158,27 +298,57 @@ function B:add(line)
   self:queue(line)
 end
 
-local function plain(v)
+local ARRAY_MT = getmetatable(json.array())
+
+-- A copy of table v with its strings (keys too) redacted and cleaned, for
+-- its JSON; nil for a cycle.
+local function scrubbed(v, secrets, seen)
+  if seen[v] then return nil end
+  seen[v] = true
+  local c = {}
+  for k, x in pairs(v) do
+    if type(k) == "string" then k = M.clean(M.redact(k, secrets)) end
+    if type(x) == "string" then x = M.clean(M.redact(x, secrets))
+    elseif type(x) == "table" and x ~= json.null then x = scrubbed(x, secrets, seen) end
+    c[k] = x
+  end
+  seen[v] = nil
+  return setmetatable(c, getmetatable(v) == ARRAY_MT and ARRAY_MT or nil)
+end
+
+-- A field's value as stored: strings, finite numbers, booleans and null as
+-- they are (a number or boolean that shows a secret as text becomes that
+-- text, redacted), tables as their JSON, anything else as text; redacted
+-- and cleaned.
+local function plain(v, secrets)
   local t = type(v)
-  if t == "string" or t == "number" or t == "boolean" then return v end
+  if t == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+    v, t = tostring(v), "string"
+  end
+  if t == "number" or t == "boolean" then
+    local s = tostring(v)
+    local r = M.redact(s, secrets)
+    if r == s then return v end
+    return r
+  end
   if v == json.null then return v end
   if t == "table" then
-    local ok, text = pcall(json.encode, v)
+    local ok, text = pcall(json.encode, scrubbed(v, secrets, {}))
     if ok then return text end
   end
-  return tostring(v)
+  return M.clean(M.redact(tostring(v), secrets))
 end
 
 function B:queue(line)
   self.n = self.n + 1
   line.n = self.n
   line.t = line.t or baton.now()
-  line.text = M.redact(line.text, self.secrets)
   if line.fields then
     local f = {}
     for k, v in pairs(line.fields) do
-      v = plain(v)
-      f[tostring(k)] = type(v) == "string" and M.redact(v, self.secrets) or v
+      k = M.clean(M.redact(tostring(k), self.secrets))
+      while f[k] ~= nil do k = k .. "_" end -- (two keys redacted alike)
+      f[k] = plain(v, self.secrets)
     end
     line.fields = next(f) and f or nil
   end
@@ -193,17 +363,44 @@ function B:queue(line)
   end
 end
 
--- Moves what the programs printed from the capture into the queue.
+-- Moves what the programs printed from the capture into the queue. The
+-- capture cuts a program's long lines at LINE_MAX (cont: more of the line
+-- follows); the pieces of each stream (tap) of each program are joined
+-- here by a cutter, so that secrets are redacted before they are cut.
+-- Lines dropped by the capture's cap may be pieces of a long line: the
+-- unfinished lines are dropped with them.
 function B:drain()
   local sink = self.sink
   if not sink then return end
   local lines, dropped = sink:take()
   if not lines then return end
   self:skip(dropped)
+  local taps = self.taps or {}
+  self.taps = taps
+  if dropped > 0 then
+    for k in pairs(taps) do taps[k] = nil end
+  end
   for i = 1, #lines do
     local l = lines[i]
-    self:add { stream = l.stream, text = l.text, t = l.t, cmd = l.cmd:match("[^/]*$"),
-               from_sink = true }
+    local cut = taps[l.tap]
+    local texts
+    if l.cont then
+      if not cut then
+        cut = M.cutter(self.secrets)
+        cut.stream, cut.cmd = l.stream, l.cmd
+        taps[l.tap] = cut
+      end
+      texts = cut:more(l.text)
+    elseif cut then
+      taps[l.tap] = nil
+      texts = cut:last(l.text)
+    else
+      texts = { l.text }
+    end
+    local cmd = l.cmd:match("[^/]*$")
+    for _, text in ipairs(texts) do
+      self:add { stream = l.stream, text = text, t = l.t, cmd = cmd, from_sink = true }
+    end
   end
 end
 
@@ -332,6 +529,14 @@ function B:finish()
   if current == self then current = nil end
   local deadline = baton.monotime() + M.FINAL_WAIT
   while self.flushing and baton.monotime() < deadline do baton.sleep(0.01) end
+  -- (a program's line whose end never came: what was cut off of it)
+  self:drain()
+  for k, cut in pairs(self.taps or {}) do
+    self.taps[k] = nil
+    for _, text in ipairs(cut:finish()) do
+      self:add { stream = cut.stream, text = text, cmd = cut.cmd:match("[^/]*$"), from_sink = true }
+    end
+  end
   local ok = self:safe_flush()
   while ok == nil and baton.monotime() < deadline do
     baton.sleep(0.2)
@@ -371,7 +576,8 @@ function M.lines(kvs)
   return out, n, cap
 end
 
--- One line for a reader: time, source, text.
+-- One line for a reader (a terminal): time, source, text, its control
+-- characters escaped.
 --   2026-12-01T10:00:00.123Z stdout  hello
 --   2026-12-01T10:00:00.200Z info    report made day=2026-11-29
 --   2026-12-01T10:00:00.300Z sh:err  oops
@@ -401,7 +607,8 @@ function M.format(l)
   elseif l.cmd and l.cmd ~= json.null then
     src = tostring(l.cmd) .. (l.stream == "stderr" and ":err" or ":out")
   end
-  return format("%s %-7s %s", ts, src, text)
+  -- (for a terminal: control characters escaped, baton.cli.util.escape)
+  return require("baton.cli.util").escape(format("%s %-7s %s", ts, src, text))
 end
 
 return M
