@@ -52,7 +52,7 @@ local DEFAULT_RETRY = { attempts = 0, backoff = 10, max_backoff = 300, jitter = 
 local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
-  "on_node_loss", "labels", "params", "secrets", "description", "on", "run",
+  "on_node_loss", "labels", "params", "secrets", "description", "on", "run", "memory",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -591,6 +591,14 @@ local function validate(t, name)
     local e = check_positive(t.starting_deadline)
     if e then return field("starting_deadline", e) end
     spec.starting_deadline = t.starting_deadline
+  end
+
+  -- memory: the most a run may hold, with every process it starts
+  -- (baton/limits.lua), in bytes
+  if t.memory ~= nil then
+    local bytes, e = require("baton.limits").parse(t.memory)
+    if not bytes then return field("memory", e) end
+    spec.memory = bytes
   end
 
   -- enums

@@ -961,6 +961,8 @@ function M.run(opts)
   stored.configure { trust = opts.trust, prefix = self.P }
   -- --secrets-dir: where its workers read the jobs' secrets (node/secrets.lua)
   self.secrets_dir = opts.secrets_dir
+  -- --run-memory: the memory limit of a run whose job sets none (limits.lua)
+  self.run_memory = opts.run_memory
   self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }
   -- --http: its files are read before the node joins, and it listens once
   -- it has (node/http.lua); a failure of either ends the node at once.

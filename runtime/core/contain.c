@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "contain.h"
+#include "cgroup.h"
 #include "err.h"
 #include "fence.h"
 #include "logfmt.h"
@@ -39,6 +40,16 @@ typedef struct {
 static pid_t self_pid, worker_pid, node_pid;
 static int worker_status, worker_done;
 static ptab_t table; /* reused by every look at /proc */
+
+/* The run's memory limit (BATON_RUN_MEMORY, bytes; 0: none) and who holds
+ * it: the kernel, in the worker's cgroup cg_dir (made in BATON_CGROUP, the
+ * node's: cgroup.h), or else this process, which adds up the resident
+ * memory of every process below it every WATCH_MS (watching). over_limit:
+ * the run went over it. */
+#define WATCH_MS 50
+static uint64_t mem_limit;
+static char cg_dir[4096];
+static int watching, over_limit;
 
 static void say(bt_log_level_t level, const char *msg, const char *why,
                 long killed) {
@@ -238,6 +249,87 @@ static void sweep(void) {
   }
 }
 
+/* A number from the /proc file path: the field after the first occurrence
+ * of key (statm: key "" and the second field; status: "VmHWM:"), times
+ * unit. 0 when the file is gone (the process exited). */
+static uint64_t proc_number(const char *path, const char *key, int skip, uint64_t unit) {
+  char buf[2048];
+  const char *p;
+  unsigned long long v;
+  ssize_t len;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  len = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (len <= 0) return 0;
+  buf[len] = '\0';
+  p = *key ? strstr(buf, key) : buf;
+  if (!p) return 0;
+  p += strlen(key);
+  while (skip-- > 0) {
+    p += strspn(p, " \t");
+    p += strcspn(p, " \t");
+  }
+  if (sscanf(p, " %llu", &v) != 1) return 0;
+  return (uint64_t) v * unit;
+}
+
+/* The resident memory of process pid, in bytes. */
+static uint64_t rss_of(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%ld/statm", (long) pid);
+  return proc_number(path, "", 1, (uint64_t) sysconf(_SC_PAGESIZE));
+}
+
+/* The resident memory of every process below this one, added up. They are
+ * found walking down the children files from here (children_of), or from
+ * the whole process table where those cannot be read or the tree is large.
+ * (Pages that processes share count once for each: the sum is higher than
+ * what they hold together, never lower.) */
+#define WALK_MAX 1024
+static uint64_t rss_below(void) {
+  static pid_t todo[WALK_MAX];
+  size_t n = 0, seen = 0;
+  uint64_t sum = 0;
+  todo[n++] = self_pid;
+  while (n > 0) {
+    pid_t pid = todo[--n];
+    int k;
+    if (pid != self_pid) sum += rss_of(pid);
+    k = children_of(pid, todo + n, (int) (WALK_MAX - n));
+    if (k < 0 || n + (size_t) k > WALK_MAX || ++seen > WALK_MAX) {
+      char *in;
+      size_t i;
+      ptab_read(&table);
+      in = malloc(table.n ? table.n : 1);
+      if (!in) return sum;
+      below(&table, in);
+      for (sum = 0, i = 0; i < table.n; i++)
+        if (in[i] && table.p[i].live) sum += rss_of(table.p[i].pid);
+      free(in);
+      return sum;
+    }
+    n += (size_t) k;
+  }
+  return sum;
+}
+
+/* Whether the run went over its memory limit: the kernel found its cgroup
+ * out of memory; or, watching, its processes hold more than the limit
+ * together, or (at_end: the worker asks for its sweep) the worker did at
+ * its peak, which a look every WATCH_MS may have missed. */
+static int over_memory(int at_end) {
+  if (!mem_limit) return 0;
+  if (cg_dir[0]) return bt_cgroup_oom_events(cg_dir) > 0;
+  if (rss_below() > mem_limit) return 1;
+  if (at_end && !worker_done) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long) worker_pid);
+    return proc_number(path, "VmHWM:", 0, 1024) > mem_limit;
+  }
+  return 0;
+}
+
 /* Exits the way the worker did: the same status, or the same signal. */
 static void exit_as_worker(void) {
   if (worker_done && WIFSIGNALED(worker_status)) {
@@ -255,10 +347,29 @@ static void exit_as_worker(void) {
   _exit(worker_done && WIFEXITED(worker_status) ? WEXITSTATUS(worker_status) : 1);
 }
 
+/* Ends every process below, then exits as the worker did; or, when the
+ * run went over its memory limit, with BT_CONTAIN_OOM (the node records
+ * the run failed "out of memory"). */
 static void finish(bt_log_level_t level, const char *msg, const char *why) {
   long n = end_all();
+  if (cg_dir[0]) {
+    if (mem_limit && bt_cgroup_oom_events(cg_dir) > 0) over_limit = 1;
+    bt_cgroup_remove(cg_dir);
+  }
   if (msg) say(level, msg, why, n);
+  if (over_limit) {
+    char text[96];
+    snprintf(text, sizeof(text), "over its memory limit of %llu bytes (%s)",
+             (unsigned long long) mem_limit, cg_dir[0] ? "cgroup" : "watched");
+    say(BT_LOG_WARN, "run out of memory: every process of its run was killed", text, n);
+    _exit(BT_CONTAIN_OOM);
+  }
   exit_as_worker();
+}
+
+static void out_of_memory(void) {
+  over_limit = 1;
+  finish(BT_LOG_INFO, NULL, NULL);
 }
 
 /* The node died. Its worker may hold a success the node had not written
@@ -284,21 +395,27 @@ static void contain(const sigset_t *set) {
   for (;;) {
     struct timespec ts, *tp = NULL;
     siginfo_t info;
-    uint64_t until = bt_fence_until(), now = bt_fence_now_ms();
+    uint64_t until = bt_fence_until(), now = bt_fence_now_ms(), d = UINT64_MAX;
     int sig;
     if (until != BT_FENCE_NONE) {
-      uint64_t d;
       if (now >= until)
         finish(BT_LOG_WARN, "run fenced: the node's lease may have expired, so "
                "every process of its run was killed", "lease deadline passed");
       d = until - now;
       if (d > 1000) d = 1000; /* the board may also move to 0 at any time */
+    }
+    if (watching && d > WATCH_MS) d = WATCH_MS;
+    if (d != UINT64_MAX) {
       ts.tv_sec = (time_t) (d / 1000);
       ts.tv_nsec = (long) (d % 1000) * 1000000L;
       tp = &ts;
     }
     sig = sigtimedwait(set, &info, tp);
-    if (sig < 0) continue; /* the timeout (or EINTR): look at the board */
+    if (sig < 0) {
+      /* the timeout (or EINTR): look at the board, and the run's memory */
+      if (watching && over_memory(0)) out_of_memory();
+      continue;
+    }
     if (sig == SIGCHLD) {
       reap();
       if (worker_done) finish(BT_LOG_INFO, NULL, NULL);
@@ -307,6 +424,7 @@ static void contain(const sigset_t *set) {
       finish(BT_LOG_INFO, NULL, NULL);
     } else if (sig == BT_CONTAIN_SWEEP) {
       if (info.si_pid != worker_pid) continue;
+      if (over_memory(1)) out_of_memory();
       sweep();
       if (!worker_done) kill(worker_pid, BT_CONTAIN_SWEPT);
     } else {
@@ -315,10 +433,54 @@ static void contain(const sigset_t *set) {
   }
 }
 
+/* Sets up the run's memory limit (before the worker is forked): a cgroup
+ * where the node has one for its workers, else watching. */
+static void limit_memory(void) {
+  const char *m = getenv("BATON_RUN_MEMORY"), *base = getenv("BATON_CGROUP");
+  char *end;
+  unsigned long long v;
+  if (!m || !*m) return;
+  errno = 0;
+  v = strtoull(m, &end, 10);
+  if (errno || *end || v == 0) return;
+  mem_limit = (uint64_t) v;
+  if (base && *base) {
+    int e = bt_cgroup_create(base, (long) self_pid, mem_limit, cg_dir, sizeof(cg_dir));
+    if (e == 0) return;
+    cg_dir[0] = '\0';
+    say(BT_LOG_WARN, "cannot make a cgroup for the run's memory limit: watching it instead",
+        bt_strerror(e), 0);
+  }
+  watching = 1;
+}
+
+/* The worker and every process of its runs are the first the OOM killer
+ * takes, before the node (docs/security.md, "Limits"): a process may
+ * raise its own score. */
+#define WORKER_OOM_SCORE_ADJ 500
+static void raise_oom_score(void) {
+  char buf[16];
+  int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
+  ssize_t len;
+  if (fd < 0) return;
+  len = read(fd, buf, sizeof(buf) - 1);
+  if (len > 0) {
+    buf[len] = '\0';
+    if (atoi(buf) < WORKER_OOM_SCORE_ADJ) {
+      int n = snprintf(buf, sizeof(buf), "%d", WORKER_OOM_SCORE_ADJ);
+      if (lseek(fd, 0, SEEK_SET) == 0 && write(fd, buf, (size_t) n) < 0) {
+        /* (not allowed: left as it is) */
+      }
+    }
+  }
+  close(fd);
+}
+
 int bt_contain_worker(void) {
   sigset_t set, old;
   const char *np = getenv("BATON_NODE_PID"), *ff = getenv("BATON_FENCE_FD");
   pid_t pid;
+  int go[2] = {-1, -1};
 
   self_pid = getpid();
   node_pid = np ? (pid_t) atol(np) : 0;
@@ -338,8 +500,17 @@ int bt_contain_worker(void) {
     int e = bt_fence_attach(atoi(ff));
     if (e) return e;
   }
+  limit_memory();
+  /* (the worker waits for its cgroup: go) */
+  if (cg_dir[0] && pipe2(go, O_CLOEXEC) < 0) {
+    bt_cgroup_remove(cg_dir);
+    return uv_translate_sys_error(errno);
+  }
   pid = fork();
-  if (pid < 0) return uv_translate_sys_error(errno);
+  if (pid < 0) {
+    if (cg_dir[0]) bt_cgroup_remove(cg_dir);
+    return uv_translate_sys_error(errno);
+  }
   if (pid == 0) {
     /* The worker: its own process group, so that the node's signals to the
      * containment process's group reach only that; dies with it. */
@@ -348,10 +519,35 @@ int bt_contain_worker(void) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != self_pid) _exit(1);
+    raise_oom_score();
+    if (go[0] >= 0) {
+      char c;
+      ssize_t r;
+      close(go[1]);
+      do r = read(go[0], &c, 1); while (r < 0 && errno == EINTR);
+      if (r != 1) _exit(1);
+      close(go[0]);
+    }
     setenv("BATON_CONTAINED", "1", 1);
+    unsetenv("BATON_CGROUP");
     return 0;
   }
   worker_pid = pid;
+  if (go[0] >= 0) {
+    int e = bt_cgroup_attach(cg_dir, pid);
+    if (e) {
+      bt_cgroup_remove(cg_dir);
+      cg_dir[0] = '\0';
+      watching = 1;
+      say(BT_LOG_WARN, "cannot move the worker into its cgroup: watching its memory instead",
+          bt_strerror(e), 0);
+    }
+    close(go[0]);
+    if (write(go[1], "g", 1) != 1) {
+      /* (the worker died already: its SIGCHLD ends this process) */
+    }
+    close(go[1]);
+  }
   /* The channel (fd 3) and stdin are the worker's: when it dies, the node
    * must see its channel end. */
   close(3);

@@ -29,8 +29,19 @@
  * each run, kills every process below it but the worker and answers with
  * BT_CONTAIN_SWEPT once they are gone.
  *
+ * A run's memory limit (BATON_RUN_MEMORY, bytes) is held for the worker
+ * and every process below it: by the kernel in a cgroup of the worker's
+ * own, made below BATON_CGROUP (cgroup.h), or, without one, by this
+ * process, which adds up their resident memory every 50 ms and at the end
+ * of each run. A run over its limit has all its processes killed (the
+ * worker too), and this process exits with BT_CONTAIN_OOM. The worker and
+ * the processes of its runs get an OOM score of at least 500, so that the
+ * kernel's OOM killer takes them before the node.
+ *
  * Environment: BATON_NODE_PID (the node; if it is gone already, the worker
- * is not started), BATON_FENCE_FD (the node's fence board, optional).
+ * is not started), BATON_FENCE_FD (the node's fence board, optional),
+ * BATON_RUN_MEMORY and BATON_CGROUP (optional; the worker, and so the
+ * run's processes, keep the first: their limit).
  */
 #ifndef BATON_CONTAIN_H
 #define BATON_CONTAIN_H
@@ -41,6 +52,10 @@
  * the way of anything a job may wait for). */
 #define BT_CONTAIN_SWEEP (SIGRTMIN + 2)
 #define BT_CONTAIN_SWEPT (SIGRTMIN + 3)
+
+/* The exit status of a containment process whose run went over its memory
+ * limit (lua/baton/node/runs.lua: "out of memory"). */
+#define BT_CONTAIN_OOM 86
 
 /** Starts the containment process and the worker below it. Returns 0 in
  * the worker; never returns in the containment process, which exits as

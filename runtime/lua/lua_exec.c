@@ -25,6 +25,7 @@
  * In a worker, the run's output capture (baton._output_capture, below) also
  * gets the lines both of them print, unless the call says output = false.
  */
+#include "cgroup.h"
 #include "contain.h"
 #include "err.h"
 #include "fence.h"
@@ -1398,6 +1399,19 @@ static int l_fenced(lua_State *L) {
   return 1;
 }
 
+/* baton._cgroup_prepare() -> dir | nil, err, code (the node, once, before
+ * it starts a worker): readies this process's cgroup for its workers'
+ * memory limits (cgroup.h); dir is where their cgroups go. */
+static int l_cgroup_prepare(lua_State *L) {
+  char dir[4096], why[600];
+  int e;
+  why[0] = '\0';
+  e = bt_cgroup_prepare_self(dir, sizeof(dir), why, sizeof(why));
+  if (e) return bt_push_fail(L, e, why[0] ? why : NULL);
+  lua_pushstring(L, dir);
+  return 1;
+}
+
 int bt_lua_open_exec(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"wait", l_proc_wait}, {"kill", l_proc_kill}, {"done", l_proc_done},
@@ -1446,5 +1460,10 @@ int bt_lua_open_exec(lua_State *L) {
   lua_setfield(L, -2, "_sweep");
   lua_pushcfunction(L, l_fenced);
   lua_setfield(L, -2, "_fenced");
+  lua_pushcfunction(L, l_cgroup_prepare);
+  lua_setfield(L, -2, "_cgroup_prepare");
+  /* the exit status of a worker whose run went over its memory limit */
+  lua_pushinteger(L, BT_CONTAIN_OOM);
+  lua_setfield(L, -2, "_contain_oom");
   return 0;
 }

@@ -184,6 +184,22 @@ stop=$(sed -n 's/^TimeoutStopSec=//p' "$unit")
 ok $? "TimeoutStopSec ($stop s) is longer than a node's stop (grace 5 s for runs, 5 s for their records)"
 ! grep -q '^MemoryDenyWriteExecute' "$unit"
 ok $? "no MemoryDenyWriteExecute (LuaJIT's JIT writes code)"
+# Limits: the node and its runs together, and per run (Delegate=).
+missing=""
+for d in "Delegate=memory pids" "OOMPolicy=continue"; do
+  grep -qxF -- "$d" "$unit" || missing="$missing [$d]"
+done
+is "$missing" "" "the unit delegates the memory controller (runs' limits) and keeps the node when a run is OOM-killed"
+mem=$(sed -n 's/^MemoryMax=//p' "$unit")
+like "$mem" '^([1-9][0-9]?%|[1-9][0-9]*[KMGT])$' "MemoryMax= caps the node and its runs together ($mem)"
+tasks=$(sed -n 's/^TasksMax=//p' "$unit")
+[ "${tasks:-0}" -ge 1024 ] 2>/dev/null
+ok $? "TasksMax= caps their processes, with room for --workers 16 ($tasks)"
+adj=$(sed -n 's/^OOMScoreAdjust=//p' "$unit")
+[ -n "$adj" ] && [ "$adj" -lt 500 ] 2>/dev/null
+ok $? "the node's OOM score adjustment ($adj) is below its workers' (500): they are killed first"
+! grep -q '^ProtectControlGroups=yes' "$unit"
+ok $? "ProtectControlGroups is not yes (it would make the delegated cgroup read-only)"
 if command -v systemd-analyze >/dev/null; then
   mkdir "$tmp/unit"
   sed "s|^ExecStart=/usr/local/bin/baton|ExecStart=$bin|" "$unit" >"$tmp/unit/baton.service"

@@ -1,5 +1,6 @@
 -- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]
 --            [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]
+--            [--run-memory SIZE]
 -- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
 -- --http: the node's HTTP face (node/http.lua, docs/api.md).
 -- --max-skew: seconds this node's clock may be off the cluster's before it
@@ -9,7 +10,7 @@ local A = require "baton.cli.args"
 
 local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
   .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
-  .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR]"
+  .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR] [--run-memory SIZE]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
   --ttl S         the node's lease in seconds (default 10): a dead node's
@@ -43,7 +44,12 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   a job's secrets (secrets = {"NAME", ...}) are read from
                   DIR/NAME (its trailing newline removed), else from the
                   node's environment; never stored in etcd, and redacted
-                  from the output and logs of its runs]]
+                  from the output and logs of its runs
+  --run-memory SIZE
+                  the memory limit of a run whose job sets none (memory =
+                  "512M"): 512M, 2G (K, M, G, T: powers of 1024) or bytes;
+                  a run over it is killed with every process it started and
+                  recorded failed "out of memory" (default: no limit)]]
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -57,7 +63,7 @@ return function(...)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
     workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
     ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list",
-    ["secrets-dir"] = "string" }, { ... }, HELP)
+    ["secrets-dir"] = "string", ["run-memory"] = "string" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local http
   if opts.http then
@@ -102,10 +108,16 @@ return function(...)
     local ok, derr = require("baton.node.secrets").check_dir(secrets_dir)
     if not ok then return A.die("node " .. name .. ": " .. derr) end
   end
+  local run_memory
+  if opts["run-memory"] then
+    local merr
+    run_memory, merr = require("baton.limits").parse(opts["run-memory"])
+    if not run_memory then return A.usage("node", USAGE, "--run-memory: " .. merr) end
+  end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
                                              workers = opts.workers, history = opts.history,
                                              max_skew = opts["max-skew"], http = http, trust = trust,
-                                             secrets_dir = secrets_dir }
+                                             secrets_dir = secrets_dir, run_memory = run_memory }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

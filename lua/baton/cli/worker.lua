@@ -64,6 +64,8 @@ local HANDOFF = 1 -- seconds a success waits for the node to record it
 -- bytes (key and value) up to which ctx:put_fenced goes through the node;
 -- a larger put the worker makes itself, fenced the same way
 local RELAY_MAX = 8 * 1024
+-- this worker's memory limit (bytes; node/pool.lua), or nil
+local MEMORY = tonumber(os.getenv("BATON_RUN_MEMORY"))
 
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
@@ -384,6 +386,9 @@ local function execute(run, state)
   -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
   out.flush()
+  -- A worker with a memory limit runs the next run of that limit with the
+  -- garbage of this one gone (node/pool.lua, limits.lua).
+  if MEMORY then collectgarbage() end
   -- Every process the run started ends before its end is known.
   local swept = baton._sweep(30)
   -- What they wrote last is read first (a turn of the loop); the output is

@@ -18,6 +18,7 @@
 -- the node's fence board, so runs end when the node's lease may have
 -- expired even if the node itself is stopped or hung.
 local baton = require "baton"
+local limits = require "baton.limits"
 local json = baton.json
 
 local IDLE_STOP = 60
@@ -30,6 +31,14 @@ local M = {}
 function M.new(node)
   local self = setmetatable({ node = node, max = node.max_workers, slots = 0, idle = {},
                               busy = {}, queued = {}, freed = baton._cond() }, Pool)
+  -- Runs' memory limits (limits.lua): held by the kernel in a cgroup per
+  -- worker when this node may manage its own cgroup (it moves into a leaf
+  -- of it now, before any worker starts), else watched by each worker's
+  -- containment process.
+  local cerr
+  self.cgroup, cerr = baton._cgroup_prepare()
+  baton.log.info("run memory limits", { node = node.name, held_by = self.cgroup and "cgroup" or "watching",
+                                        cgroup = self.cgroup, why = cerr })
   -- (node.forever: a task of the node, started again if it fails; a bare
   -- table stands for the node in tests)
   local forever = node.forever or baton.go
@@ -97,13 +106,21 @@ local function env(node)
 end
 
 -- An idle worker, or a new one, for run (pool.busy[w] is the run while it
--- has the worker).
+-- has the worker). A worker holds one memory limit (w.memory, set when it
+-- starts: limits.lua) and runs only the runs that have that limit.
 function Pool:get(run)
   if self.node.fenced then return nil, "ELOST: the node's session is lost" end
   local w
-  while #self.idle > 0 and not w do
-    w = table.remove(self.idle)
-    if w.p:done() then w.ch:close(); w = nil end -- it died while idle
+  local memory = limits.of(run.spec, self.node)
+  for i = #self.idle, 1, -1 do
+    local c = self.idle[i]
+    if c.p:done() then
+      table.remove(self.idle, i)
+      c.ch:close() -- it died while idle
+    elseif c.memory == memory then
+      w = table.remove(self.idle, i)
+      break
+    end
   end
   if not w then
     -- A worker runs the node's own code, whatever happened on disk since
@@ -121,11 +138,13 @@ function Pool:get(run)
     if not fd then return nil, ferr end
     local e = env(self.node)
     e.BATON_LIB_FD = tostring(fd)
+    e.BATON_RUN_MEMORY = memory and ("%.0f"):format(memory) or false
+    e.BATON_CGROUP = memory and self.cgroup or false
     local p, err = baton.spawn { baton._self_exe, "worker", argv0 = baton._exe or "baton",
                                  env = e, channel = true, stop_signal = "SIGUSR1" }
     if not p then return nil, err end
     -- (known: the revision of each job whose source it was sent)
-    w = { p = p, ch = p.channel, known = {} }
+    w = { p = p, ch = p.channel, known = {}, memory = memory }
   end
   self.busy[w] = run
   return w

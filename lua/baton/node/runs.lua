@@ -552,6 +552,10 @@ local function attempt(self, run, fence, rec)
     return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
   if reply then return "failed", reply.error ~= json.null and reply.error or "failed" end
+  -- (its containment process ended every process of the run: limits.lua)
+  if w.memory and ended.code == baton._contain_oom then
+    return "failed", require("baton.limits").oom_error(w.memory)
+  end
   if ended.signal then return "failed", format("worker killed by signal %d", ended.signal) end
   if ended.error then return "failed", "worker lost: " .. tostring(ended.error) end
   return "failed", format("worker exited with status %d before the run returned", ended.code)
