@@ -18,6 +18,7 @@
 -- the node's fence board, so runs end when the node's lease may have
 -- expired even if the node itself is stopped or hung.
 local baton = require "baton"
+local secrets = require "baton.node.secrets"
 local json = baton.json
 
 local IDLE_STOP = 60
@@ -89,8 +90,9 @@ local function env(node)
     BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
     BATON_KEY = cfg.key, BATON_NODE_PID = tostring(node.pid),
     BATON_FENCE_FD = node.fence_fd and tostring(node.fence_fd) or false,
-    -- (a job's secrets are read by the worker: node/secrets.lua)
-    BATON_SECRETS_DIR = node.secrets_dir or false,
+    -- (a run's secrets come with the run, read by the conductor: where
+    -- they are kept is not the worker's to know, node/secrets.lua)
+    BATON_SECRETS_DIR = false,
   }
 end
 
@@ -132,7 +134,7 @@ end
 -- Gives w back after a run; a worker that must not be reused is stopped
 -- (and waited for: see Pool:stop).
 function Pool:put(w, reuse)
-  if reuse and not w.p:done() and not self.node.stopping and not self.node.fenced then
+  if reuse and not w.restricted and not w.p:done() and not self.node.stopping and not self.node.fenced then
     w.since = baton.monotime()
     self.idle[#self.idle + 1] = w
   else
@@ -263,6 +265,14 @@ end
 -- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
 -- answers {succeeded = bool} or {error =, code =}.
 function Pool:call(w, msg, timeout, run)
+  -- The run's secrets (node/secrets.lua); a worker given a restricted one
+  -- serves no other run.
+  local r = self.busy[w]
+  local s = r and secrets.for_run(self.node, r.job, r.spec)
+  if s then
+    msg.secrets, msg.secrets_error = s.secrets, s.secrets_error
+    w.restricted = w.restricted or s.restricted
+  end
   local ok, err = w.ch:send(json.encode { run = msg })
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
   return reply_of(self, w, timeout, run)
