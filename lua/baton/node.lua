@@ -892,8 +892,11 @@ function M.run(opts)
   -- --trust: only signed jobs and policies load (sign.lua); what the node
   -- publishes of it, for baton nodes: {signed = false} runs unsigned code.
   self.trust = opts.trust
-  -- --secrets-dir: where its workers read the jobs' secrets (node/secrets.lua)
+  -- --secrets-dir: where the conductor reads a run's secrets, which go to
+  -- its worker with the run (node/secrets.lua); --run-as {name, uid, gid,
+  -- home}: the user workers run as (node/pool.lua)
   self.secrets_dir = opts.secrets_dir
+  self.run_as = opts.run_as
   self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }
   -- --http: its files are read before the node joins, and it listens once
   -- it has (node/http.lua); a failure of either ends the node at once.

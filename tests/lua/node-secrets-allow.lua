@@ -148,6 +148,43 @@ T.is(rec and rec.state, "failed", "a restricted secret with no file fails the ru
 T.is(rec and rec.error, "secret ENV_ONLY is not set on node b (" .. sdir .. "/ENV_ONLY.jobs restricts it, and there is no file "
   .. sdir .. "/ENV_ONLY)", "and says why, never taking the environment's value")
 
+-- 7. --run-as USER (a node started as root): its workers, and so its
+-- jobs, run as USER, who cannot open the secret files; the restricted
+-- secret still reaches the listed job, through the conductor.
+local bin = os.getenv("BATON_BIN") or "bin/baton"
+local id = assert(baton.exec { "id", "-u" })
+local can = id.stdout:match("^0") and assert(baton.exec { "sh", "-c",
+  "getent passwd nobody >/dev/null && runuser -u nobody -- " .. bin .. " version >/dev/null 2>&1" }).code == 0
+if not can then
+  T.skip("--run-as: the test runs as root, with a user nobody who can run " .. bin, 7)
+else
+  c:start("r", 3, "--labels site=r --run-as nobody --secrets-dir " .. sdir)
+  put("also_allowed", ([[
+return {
+  schedule = "@manual", labels = { site = "r" }, secrets = { "API_KEY" },
+  run = function(ctx)
+    local st = io.open("/proc/self/status"):read("*a")
+    local sf, serr = io.open(%q)
+    local v, h = ctx.secrets.API_KEY, 7
+    for i = 1, #v do h = (h * 31 + v:byte(i)) %% 2147483647 end
+    ctx:put_fenced(%q, baton.json.encode { uid = st:match("Uid:%%s+(%%d+)"), open = sf ~= nil, err = serr,
+                                           home = os.getenv("HOME"), ok = h == %d })
+  end,
+}]]):format(sdir .. "/API_KEY", c.P .. "seen/also_allowed/uid", sum(API_KEY)))
+  rec = run("also_allowed")
+  T.is(rec and rec.state, "succeeded", "--run-as: the listed job runs " .. tostring(rec and rec.error))
+  local kv = assert(c.e:get(c.P .. "seen/also_allowed/uid")).kvs[1]
+  local u = kv and baton.json.decode(kv.value) or {}
+  T.is(u.uid, "65534", "as the user nobody")
+  T.is(u.open, false, "which cannot open the secret's file: " .. tostring(u.err))
+  T.is(u.ok, true, "and gets the secret from the conductor")
+  T.is(u.home, "/nonexistent", "with nobody's HOME")
+end
+local r = baton.exec { bin, "--endpoints", os.getenv("BATON_ENDPOINTS"), "--prefix", c.P, "node", "--name", "z",
+                       "--run-as", "no-such-user-" .. stamp, timeout = 20 }
+T.is(r.code, 1, "--run-as a user that does not exist: the node ends")
+T.like(r.stderr, "^baton: node z: %-%-run%-as no%-such%-user%-%d+: ", "one line: " .. r.stderr)
+
 -- Nothing under the prefix holds a value, nor the nodes' logs.
 local all = assert(c.e:get(c.P, { prefix = true }))
 local leaks = {}

@@ -93,6 +93,9 @@ local function env(node)
     -- (a run's secrets come with the run, read by the conductor: where
     -- they are kept is not the worker's to know, node/secrets.lua)
     BATON_SECRETS_DIR = false,
+    -- (--run-as: the user's own)
+    HOME = node.run_as and node.run_as.home or nil, USER = node.run_as and node.run_as.name or nil,
+    LOGNAME = node.run_as and node.run_as.name or nil,
   }
 end
 
@@ -121,8 +124,10 @@ function Pool:get(run)
     if not fd then return nil, ferr end
     local e = env(self.node)
     e.BATON_LIB_FD = tostring(fd)
+    local ra = self.node.run_as
     local p, err = baton.spawn { baton._self_exe, "worker", argv0 = baton._exe or "baton",
-                                 env = e, channel = true, stop_signal = "SIGUSR1" }
+                                 env = e, channel = true, stop_signal = "SIGUSR1",
+                                 uid = ra and ra.uid, gid = ra and ra.gid }
     if not p then return nil, err end
     -- (known: the revision of each job whose source it was sent)
     w = { p = p, ch = p.channel, known = {} }

@@ -37,19 +37,20 @@ end
 local warned = {}
 
 -- The text of dir/file (nil when there is no such file), warning once per
--- file in the node's log when others than its owner may read it. A file
--- that exists but cannot be read is an error (nil, message).
-local function read_file(dir, file)
+-- file in the node's log when others than its owner may read it (a
+-- secret) or write it (list: a NAME.jobs). A file that exists but cannot
+-- be read is an error (nil, message).
+local function read_file(dir, file, list)
   local path = dir .. "/" .. file
   local mode, regular = baton._sign.mode(path)
   if not mode then return nil end
   if not regular then return nil, format("%s is not a regular file", path) end
-  if bit.band(mode, 4 * 8 + 4) ~= 0 then -- 0044: group or others may read it
-    if not warned[path] then
-      warned[path] = true
-      baton.log.warn("a secret file may be read by others than its owner: chmod 600 it",
-                     { file = path, mode = format("%04o", mode) })
-    end
+  -- 0044: group or others may read it; 0022: write it
+  if bit.band(mode, list and 2 * 8 + 2 or 4 * 8 + 4) ~= 0 and not warned[path] then
+    warned[path] = true
+    baton.log.warn(list and "a secret's list of jobs may be written by others than its owner: chmod 644 it"
+                     or "a secret file may be read by others than its owner: chmod 600 it",
+                   { file = path, mode = format("%04o", mode) })
   end
   local f, err = io.open(path, "rb")
   if not f then return nil, format("cannot read %s: %s", path, tostring(err)) end
@@ -61,7 +62,7 @@ end
 -- The jobs DIR/NAME.jobs allows (a set), or nil when there is no such
 -- file (the secret is not restricted), or nil, err.
 local function allowed_jobs(dir, name)
-  local text, err = read_file(dir, name .. ".jobs")
+  local text, err = read_file(dir, name .. ".jobs", true)
   if not text then return nil, err end
   local set = {}
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
