@@ -631,8 +631,9 @@ local function list_all(self)
     removed = l.removed, pages = l.pages, seconds = floor((baton.monotime() - t0) * 1000) / 1000 })
   self.nodes, self.live_list = {}, nil
   for _, kv in ipairs(others[3].kvs) do
+    -- (a record on no lease is no node's session: a forged or stray key)
     local ok, n = pcall(json.decode, kv.value)
-    if ok and type(n) == "table" and n.name then set_node(self, n.name, n) end
+    if ok and type(n) == "table" and n.name and kv.lease then set_node(self, n.name, n) end
   end
   for _, kv in ipairs(others[4].kvs) do self.go(on_trigger, self, kv.key, kv.value) end
   for _, kv in ipairs(others[6].kvs) do
@@ -691,7 +692,8 @@ local function on_event(self, ev)
     end
     if ev.type == "put" then
       local ok, n = pcall(json.decode, ev.kv.value)
-      if ok and type(n) == "table" then set_node(self, name, n) end
+      if ok and type(n) == "table" and ev.kv.lease then set_node(self, name, n)
+      elseif not ev.kv.lease then set_node(self, name, nil) end
     else
       set_node(self, name, nil)
       if name ~= self.name then self.go(leader.node_gone, self) end
@@ -959,8 +961,11 @@ function M.run(opts)
   -- publishes of it, for baton nodes: {signed = false} runs unsigned code.
   self.trust = opts.trust
   stored.configure { trust = opts.trust, prefix = self.P }
-  -- --secrets-dir: where its workers read the jobs' secrets (node/secrets.lua)
+  -- --secrets-dir: where the conductor reads a run's secrets, which go to
+  -- its worker with the run (node/secrets.lua); --run-as {name, uid, gid,
+  -- home}: the user workers run as (node/pool.lua)
   self.secrets_dir = opts.secrets_dir
+  self.run_as = opts.run_as
   -- --run-memory: the memory limit of a run whose job sets none (limits.lua)
   self.run_memory = opts.run_memory
   self.trust_info = opts.trust and { signed = true, keys = json.array(opts.trust.ids) } or { signed = false }

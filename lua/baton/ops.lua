@@ -941,17 +941,20 @@ end
 
 -- nodes() --> the live nodes (`baton nodes --json`): the JSON each keeps
 -- at P nodes/<name> ({name, labels, version, running, started, clock,
--- max_skew, ...}) with lease, by name.
+-- max_skew, ...}) with lease, by name. A record on no lease is no node's
+-- (U.live_nodes): left out.
 function M.nodes()
   local pfx = U.key("nodes") .. "/"
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
   if not r then return nil, err, code end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local v = decode_object(kv.value) or {}
-    v.name = field(v, "name") or kv.key:sub(#pfx + 1)
-    v.lease = kv.lease
-    list[#list + 1] = v
+    if kv.lease then
+      local v = decode_object(kv.value) or {}
+      v.name = field(v, "name") or kv.key:sub(#pfx + 1)
+      v.lease = kv.lease
+      list[#list + 1] = v
+    end
   end
   return json.array(list)
 end

@@ -1027,14 +1027,34 @@ static proc_t *check_proc(lua_State *L) {
   return b->p;
 }
 
+/* An optional uid= or gid= of baton.spawn's table at idx: a whole number
+ * from 0 to 2^32 - 2, or -1 when absent. */
+static double spawn_id(lua_State *L, int idx, const char *name) {
+  double v;
+  lua_getfield(L, idx, name);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    return luaL_error(L, "baton.spawn: %s must be a number (got %s)", name, luaL_typename(L, -1));
+  v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  if (v != (double) (int64_t) v || v < 0 || v > 4294967294.0)
+    return luaL_error(L, "baton.spawn: %s must be a whole number from 0 to 4294967294", name);
+  return v;
+}
+
 /* baton.spawn{cmd, args..., env=, cwd=, stdio="inherit"|"null",
- * channel=true, output=, argv0=, clear_env=true}. clear_env: the child
- * inherits no variable, env is all it gets. With an output capture installed (a worker's run)
- * and output not false, an inherited stdout and stderr are pipes into it
- * instead. */
+ * channel=true, output=, argv0=, clear_env=true, uid=, gid=}. clear_env:
+ * the child inherits no variable, env is all it gets. With an output
+ * capture installed (a worker's run) and output not false, an inherited
+ * stdout and stderr are pipes into it instead. uid and gid (a process
+ * started as root): the child runs as that user and group, with no
+ * supplementary groups. */
 static int l_spawn(lua_State *L) {
   static const char *const opts[] = {"env", "cwd", "stdio", "channel", "stop_signal", "output",
-                                     "argv0", "clear_env", NULL};
+                                     "argv0", "clear_env", "uid", "gid", NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[4];
   cmdline_t c;
@@ -1044,10 +1064,13 @@ static int l_spawn(lua_State *L) {
   pbox_t *b;
   proc_t *p;
   const char *argv0 = NULL;
+  double uid, gid;
 
   check_cmdline(L, "baton.spawn", "{cmd, args..., env=, cwd=, stdio=, channel=, stop_signal=, "
-                "output=, argv0=, clear_env=}", opts,
-                "env, cwd, stdio, channel, stop_signal, output, argv0 or clear_env", &c);
+                "output=, argv0=, clear_env=, uid=, gid=}", opts,
+                "env, cwd, stdio, channel, stop_signal, output, argv0, clear_env, uid or gid", &c);
+  uid = spawn_id(L, 1, "uid");
+  gid = spawn_id(L, 1, "gid");
   /* (left on the stack: it anchors the string) */
   lua_getfield(L, 1, "argv0");
   if (lua_type(L, -1) == LUA_TSTRING)
@@ -1135,6 +1158,14 @@ static int l_spawn(lua_State *L) {
   po.env = c.envp;
   po.cwd = c.cwd;
   po.flags = UV_PROCESS_DETACHED;
+  if (uid >= 0) {
+    po.flags |= UV_PROCESS_SETUID;
+    po.uid = (uv_uid_t) uid;
+  }
+  if (gid >= 0) {
+    po.flags |= UV_PROCESS_SETGID;
+    po.gid = (uv_gid_t) gid;
+  }
   po.stdio_count = 3;
   if (chan) {
     stdio[3].flags = UV_CREATE_PIPE | UV_READABLE_PIPE | UV_WRITABLE_PIPE;

@@ -250,12 +250,12 @@ end
 -- misuse raises
 do
   T.error_like(function() baton.spawn("ls") end,
-    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=, argv0=, clear_env=}",
+    "^baton%.spawn: expects a table {cmd, args%.%.%., env=, cwd=, stdio=, channel=, stop_signal=, output=, argv0=, clear_env=, uid=, gid=}",
     "not a table")
   T.error_like(function() baton.spawn{} end,
     "^baton%.spawn: no command", "empty table")
   T.error_like(function() baton.spawn{"sleep", "1", timeout = 1} end,
-    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal, output, argv0 or clear_env%)",
+    "^baton%.spawn: unknown option 'timeout' %(expected env, cwd, stdio, channel, stop_signal, output, argv0, clear_env, uid or gid%)",
     "timeout is not a spawn option")
   T.error_like(function() baton.spawn{"ls", stdio = "pipe"} end,
     '^baton%.spawn: stdio must be "inherit" or "null" %(got "pipe"%)',

@@ -5,12 +5,14 @@
 -- --http: the node's HTTP face (node/http.lua, docs/api.md).
 -- --max-skew: seconds this node's clock may be off the cluster's before it
 -- warns and is flagged in baton nodes (default 0.5; node/clock.lua).
+-- --run-as USER: a node started as root runs its workers (and so every
+-- job) as USER (node/pool.lua; docs/security.md, "Secrets").
 local baton = require "baton"
 local A = require "baton.cli.args"
 
 local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
   .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
-  .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR] [--run-memory SIZE]"
+  .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR] [--run-as USER] [--run-memory SIZE]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
   --ttl S         the node's lease in seconds (default 10): a dead node's
@@ -44,12 +46,31 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   a job's secrets (secrets = {"NAME", ...}) are read from
                   DIR/NAME (its trailing newline removed), else from the
                   node's environment; never stored in etcd, and redacted
-                  from the output and logs of its runs
+                  from the output and logs of its runs. A file DIR/NAME.jobs
+                  (one job name a line) restricts NAME to those jobs
+  --run-as USER   (a node started as root) run the workers, and so every
+                  job and what it starts, as USER (its uid, primary group
+                  and home), so that jobs cannot read what only the node's
+                  user may: --secrets-dir, --trust, /etc/default/baton
   --run-memory SIZE
                   the memory limit of a run whose job sets none (memory =
                   "512M"): 512M, 2G (K, M, G, T: powers of 1024) or bytes;
                   a run over it is killed with every process it started and
                   recorded failed "out of memory" (default: no limit)]]
+
+-- The user of --run-as USER (a name or a uid): {name, uid, gid, home}, or
+-- nil and why not (no such user, root, or a node not started as root).
+local function run_as_user(u)
+  local me = baton.exec { "id", "-u", timeout = 10 }
+  if not me or me.code ~= 0 or me.stdout:match("^(%d+)") ~= "0" then
+    return nil, "--run-as " .. u .. ": the node must be started as root to run its workers as another user"
+  end
+  local r = baton.exec { "getent", "passwd", u, timeout = 10 }
+  local name, uid, gid, home = (r and r.code == 0 and r.stdout or ""):match("^([^:\n]*):[^:\n]*:(%d+):(%d+):[^:\n]*:([^:\n]*):")
+  if not name then return nil, "--run-as " .. u .. ": no such user" end
+  if uid == "0" then return nil, "--run-as " .. u .. ": that is root, as the node is: leave --run-as out" end
+  return { name = name, uid = tonumber(uid), gid = tonumber(gid), home = home }
+end
 
 local function hostname()
   local f = io.open("/etc/hostname")
@@ -63,7 +84,7 @@ return function(...)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
     workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
     ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list",
-    ["secrets-dir"] = "string", ["run-memory"] = "string" }, { ... }, HELP)
+    ["secrets-dir"] = "string", ["run-as"] = "string", ["run-memory"] = "string" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local http
   if opts.http then
@@ -114,10 +135,18 @@ return function(...)
     run_memory, merr = require("baton.limits").parse(opts["run-memory"])
     if not run_memory then return A.usage("node", USAGE, "--run-memory: " .. merr) end
   end
+  local run_as
+  if opts["run-as"] then
+    if opts["run-as"] == "" then return A.usage("node", USAGE, "--run-as needs a user") end
+    local rerr
+    run_as, rerr = run_as_user(opts["run-as"])
+    if not run_as then return A.die("node " .. name .. ": " .. rerr) end
+  end
   local ok, err = require("baton.node").run { name = name, ttl = opts.ttl, labels = labels,
                                              workers = opts.workers, history = opts.history,
                                              max_skew = opts["max-skew"], http = http, trust = trust,
-                                             secrets_dir = secrets_dir, run_memory = run_memory }
+                                             secrets_dir = secrets_dir, run_memory = run_memory,
+                                             run_as = run_as }
   if not ok then return A.die(err) end
   baton.exit(0)
 end

@@ -299,17 +299,21 @@ function M.who()
 end
 
 -- The live nodes (the JSON each keeps at P nodes/<name>), sorted by name:
--- list of {name=, labels=, ...}, or nil, err.
+-- list of {name=, labels=, ...}, or nil, err. A record on no lease is not
+-- a node's (a node keeps it on its session's lease, and etcd deletes it
+-- with the lease): a forged or stray key, left out (docs/security.md).
 function M.live_nodes()
   local pfx = M.key("nodes") .. "/"
   local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
   if not r then return nil, err end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local v = M.decode_object(kv.value) or {}
-    v.name = M.field(v, "name") or kv.key:sub(#pfx + 1)
-    if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
-    list[#list + 1] = v
+    if kv.lease then
+      local v = M.decode_object(kv.value) or {}
+      v.name = M.field(v, "name") or kv.key:sub(#pfx + 1)
+      if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
+      list[#list + 1] = v
+    end
   end
   return list
 end

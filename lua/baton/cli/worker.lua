@@ -4,7 +4,8 @@
 --
 --   node -> worker  {"run": {job, id, fire, fence, attempt, node,
 --                    code_revision, source, deadline, marker, task, shard,
---                    record, clock, params, event, events}}
+--                    record, clock, params, event, events,
+--                    secrets | secrets_error}}
 --   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
 --                    "handoff": key|null, "busy": seconds spent on the run}
 --   node -> worker  {"recorded": key}   once it has written that success
@@ -364,10 +365,17 @@ local function execute(run, state)
   if not src then return { ok = false, error = serr } end
   local spec, lerr = stored.job_for_run(run.job, src)
   if not spec then return { ok = false, error = lerr } end
-  -- Its secrets, from this node's --secrets-dir or environment; the run
-  -- fails, naming the one missing, if one is not there.
-  local values, serr2 = secrets.resolve(spec.secrets, run.node)
-  if not values then return { ok = false, error = serr2 } end
+  -- Its secrets, read by the node for this run (node/secrets.lua): the
+  -- run fails, naming the one missing or not allowed, if one is not there.
+  if type(run.secrets_error) == "string" then return { ok = false, error = run.secrets_error } end
+  local values, given = {}, opt(run.secrets) or {}
+  run.secrets = nil -- (the run is kept for its handoff; the values are not)
+  for _, name in ipairs(spec.secrets or {}) do
+    if type(given[name]) ~= "string" then
+      return { ok = false, error = "secret " .. name .. " was not given by node " .. tostring(run.node) }
+    end
+    values[name] = given[name]
+  end
   local list = secrets.redaction_list(NODE_SECRETS, values)
   -- Whatever logs during the run (baton.log.* called by the job itself
   -- included) logs no secret.

@@ -106,6 +106,18 @@ local function fail_of(err, code, extra)
   return status, { error = err, code = code or "EIO", field = extra and extra.field or nil }
 end
 
+-- A put or rm of a job or policy (kind "jobs" or "policies") that failed:
+-- with tools/etcd-roles.sh's node role the node's etcd user may not write
+-- code (docs/security.md, "etcd roles"), so its API cannot deploy: the
+-- 403 says so, and where deploys go.
+local function code_fail(kind, err, code, extra)
+  if code == "EACCES" then
+    err = format("EACCES: this node's etcd user may not write %s (%s): put and remove them with the baton CLI "
+      .. "under a deployer's etcd user (docs/security.md, \"etcd roles\")", kind, (tostring(err):gsub("^EACCES: ", "")))
+  end
+  return fail_of(err, code, extra)
+end
+
 -- The result of an ops call as a response: status ok with its data, or the
 -- error's.
 local function answer(ok, data, err, code, extra)
@@ -194,7 +206,7 @@ function API.job_put(self, req, p, q)
   if rev == false then return bad(rerr) end
   if req.body == "" then return bad("empty body: PUT the job's Lua source") end
   local r, err, code, extra = ops.put_job(p.name, req.body, { revision = rev, author = "http " .. tostring(req.remote) })
-  if not r then return fail_of(err, code, extra) end
+  if not r then return code_fail("jobs", err, code, extra) end
   settle(function()
     local j = self.jobs[p.name]
     return (j and j.spec.revision >= r.revision) or (self.bad[p.name] or 0) >= r.revision
@@ -206,7 +218,7 @@ function API.job_delete(self, req, p, q)
   local purge, perr = flag_of(q, "purge")
   if purge == nil then return bad(perr) end
   local r, err, code = ops.rm_job(p.name, { purge = purge, author = "http " .. tostring(req.remote) })
-  if not r then return fail_of(err, code) end
+  if not r then return code_fail("jobs", err, code) end
   settle(function() return not self.jobs[p.name] and not self.bad[p.name] end)
   return 200, r
 end
@@ -299,12 +311,14 @@ function API.policy_put(_, req, p, q)
   if req.body == "" then return bad("empty body: PUT the policy's Lua source") end
   local r, err, code, extra = ops.put_policy(p.name, req.body, { revision = rev,
                                                                   author = "http " .. tostring(req.remote) })
-  if not r then return fail_of(err, code, extra) end
+  if not r then return code_fail("policies", err, code, extra) end
   return r.created and 201 or 200, r
 end
 
 function API.policy_delete(_, req, p)
-  return answer(200, ops.rm_policy(p.name, { author = "http " .. tostring(req.remote) }))
+  local r, err, code = ops.rm_policy(p.name, { author = "http " .. tostring(req.remote) })
+  if not r then return code_fail("policies", err, code) end
+  return 200, r
 end
 
 -- The version log of a job or policy (baton.versions), newest first.

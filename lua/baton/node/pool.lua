@@ -19,6 +19,7 @@
 -- expired even if the node itself is stopped or hung.
 local baton = require "baton"
 local limits = require "baton.limits"
+local secrets = require "baton.node.secrets"
 local json = baton.json
 
 local IDLE_STOP = 60
@@ -98,8 +99,12 @@ local function env(node)
     BATON_PASSWORD = cfg.password, BATON_CACERT = cfg.cacert, BATON_CERT = cfg.cert,
     BATON_KEY = cfg.key, BATON_NODE_PID = tostring(node.pid),
     BATON_FENCE_FD = node.fence_fd and tostring(node.fence_fd) or false,
-    -- (a job's secrets are read by the worker: node/secrets.lua)
-    BATON_SECRETS_DIR = node.secrets_dir or false,
+    -- (a run's secrets come with the run, read by the conductor: where
+    -- they are kept is not the worker's to know, node/secrets.lua)
+    BATON_SECRETS_DIR = false,
+    -- (--run-as: the user's own)
+    HOME = node.run_as and node.run_as.home or nil, USER = node.run_as and node.run_as.name or nil,
+    LOGNAME = node.run_as and node.run_as.name or nil,
     -- (what the worker verifies a job's source with: stored.lua)
     BATON_TRUST = node.trust and require("baton.sign").trust_text(node.trust) or false,
   }
@@ -140,8 +145,10 @@ function Pool:get(run)
     e.BATON_LIB_FD = tostring(fd)
     e.BATON_RUN_MEMORY = memory and ("%.0f"):format(memory) or false
     e.BATON_CGROUP = memory and self.cgroup or false
+    local ra = self.node.run_as
     local p, err = baton.spawn { baton._self_exe, "worker", argv0 = baton._exe or "baton",
-                                 env = e, channel = true, stop_signal = "SIGUSR1" }
+                                 env = e, channel = true, stop_signal = "SIGUSR1",
+                                 uid = ra and ra.uid, gid = ra and ra.gid }
     if not p then return nil, err end
     -- (known: the revision of each job whose source it was sent)
     w = { p = p, ch = p.channel, known = {}, memory = memory }
@@ -153,7 +160,7 @@ end
 -- Gives w back after a run; a worker that must not be reused is stopped
 -- (and waited for: see Pool:stop).
 function Pool:put(w, reuse)
-  if reuse and not w.p:done() and not self.node.stopping and not self.node.fenced then
+  if reuse and not w.restricted and not w.p:done() and not self.node.stopping and not self.node.fenced then
     w.since = baton.monotime()
     self.idle[#self.idle + 1] = w
   else
@@ -284,6 +291,14 @@ end
 -- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
 -- answers {succeeded = bool} or {error =, code =}.
 function Pool:call(w, msg, timeout, run)
+  -- The run's secrets (node/secrets.lua); a worker given a restricted one
+  -- serves no other run.
+  local r = self.busy[w]
+  local s = r and secrets.for_run(self.node, r.job, r.spec)
+  if s then
+    msg.secrets, msg.secrets_error = s.secrets, s.secrets_error
+    w.restricted = w.restricted or s.restricted
+  end
   local ok, err = w.ch:send(json.encode { run = msg })
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
   return reply_of(self, w, timeout, run)
