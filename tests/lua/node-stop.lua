@@ -17,8 +17,10 @@ local function put(name, extra)
   return c:put_job(name, ([[
 return { schedule = "@manual", timeout = 60, %s
          run = function(ctx)
-           assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
-                               ctx.attempt == 1 and "300" or "15", timeout = 60 })
+           local r = assert(baton.exec { "sh", %q, ctx.job .. ":" .. ctx.fence, %q,
+                                         ctx.attempt == 1 and "300" or "15", timeout = 60 })
+           -- (a child that was stopped did not do its work: the run fails)
+           assert(r.code == 0, "the child ended with " .. tostring(r.code or ("signal " .. tostring(r.signal))))
          end }]]):format(extra or "", B.script, B.file))
 end
 

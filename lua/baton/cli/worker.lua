@@ -405,13 +405,18 @@ local function execute(run, state)
   baton.sleep(0)
   kept:finish()
   baton._log_filter(nil)
+  -- A run that returned success succeeded, even after it was asked to
+  -- stop (its node stopping gives it a grace to finish: running it again
+  -- would do its work twice); one that failed once asked to stop may have
+  -- failed because of it (ctx:cancelled(), SIGTERM to its processes):
+  -- stopped = true, and its node decides.
   local reply
   if not ok then reply = { ok = false, error = error_text(res) }
   elseif (res == nil or res == false) and err ~= nil then reply = { ok = false, error = error_text(err) }
   elseif res == false then reply = { ok = false, error = "run returned false" }
-  elseif state.cancelled then reply = { ok = false, error = "cancelled" }
   elseif run.deadline and now() >= run.deadline then reply = { ok = false, error = "timed out" }
   else reply = { ok = true } end
+  if not reply.ok and state.cancelled then reply.stopped = true end
   -- The error is recorded and logged by the node: none of the secrets,
   -- and no NUL byte (as in the kept output: \x00).
   if reply.error then reply.error = output.clean(output.redact(reply.error, list)) end

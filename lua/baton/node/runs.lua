@@ -548,7 +548,11 @@ local function attempt(self, run, fence, rec)
   if reply and reply.ok then
     return "succeeded", nil, type(reply.handoff) == "string" and { w = w, key = reply.handoff } or nil
   end
-  if self.stopping then
+  -- Stopping, the node gave the run its grace: one that returned success
+  -- is done (above); one still running when the grace ended, or that
+  -- failed once asked to stop (reply.stopped: the stop may be why), did
+  -- not finish, and runs again elsewhere as its job says.
+  if self.stopping and (not reply or reply.stopped == true) then
     return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
   if reply then return "failed", reply.error ~= json.null and reply.error or "failed" end
