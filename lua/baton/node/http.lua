@@ -111,7 +111,8 @@ end
 -- code (docs/security.md, "etcd roles"), so its API cannot deploy: the
 -- 403 says so, and where deploys go.
 local function code_fail(kind, err, code, extra)
-  if code == "EACCES" then
+  -- (etcd's refusal; not a source this node refuses: untrusted, stored.lua)
+  if code == "EACCES" and tostring(err):find("permission denied", 1, true) then
     err = format("EACCES: this node's etcd user may not write %s (%s): put and remove them with the baton CLI "
       .. "under a deployer's etcd user (docs/security.md, \"etcd roles\")", kind, (tostring(err):gsub("^EACCES: ", "")))
   end
