@@ -977,6 +977,10 @@ function M.run(opts)
     web, herr = http.prepare(opts.http)
     if not web then return nil, "node " .. self.name .. ": " .. herr end
   end
+  -- Stored code is described in a sandbox (stored.lua): a machine that
+  -- cannot run one would refuse every job, so the node says so now.
+  local sok, serr = stored.probe()
+  if not sok then return nil, "node " .. self.name .. ": " .. serr end
   local ok, err = join(self)
   if not ok then return nil, "node " .. self.name .. ": " .. err end
   if web then

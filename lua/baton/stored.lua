@@ -22,7 +22,7 @@
 --   stored.configure{trust = t, prefix = P}     once, before any use
 --   stored.verify(kind, name, kv)              --> true | nil, "untrusted: ..."
 --   stored.job(name, kv [, opts])              --> spec | nil, err, code
---   stored.jobs(list [, opts])                 --> {spec | {error=, code=}, ...}
+--   stored.jobs(list [, opts [, each]])        --> {{spec =} | {error =, code =}, ...}
 --   stored.policy(name, kv [, opts])           --> module (decides in the sandbox) | nil, err, code
 --   stored.check(name, source, chunkname)      --> {kind = "job", spec} | {kind = "policy", ...}
 --   stored.job_for_run(name, kv)               --> spec with its own run (a worker)
@@ -91,7 +91,7 @@ function M.box(role)
   role = role or "describe"
   local b = boxes[role]
   if not b then
-    b = setmetatable({ role = role, gen = 0, busy = false, free = baton._cond(), served = 0 }, Box)
+    b = setmetatable({ role = role, gen = 0, busy = false, free = baton._cond() }, Box)
     boxes[role] = b
   end
   return b
@@ -99,6 +99,16 @@ end
 
 local function box_fail(msg, code)
   return nil, msg, code or msg:match("^(E[%u%d]+):") or "EIO"
+end
+
+-- probe() --> true, or nil, "ESANDBOX: ...": whether this machine can run
+-- the sandbox (a kernel without seccomp cannot), for a node to say at
+-- start rather than refuse every job later.
+function M.probe()
+  local b = M.box()
+  if b.p then return true end
+  while b.busy do b.free:wait() end
+  return b:start()
 end
 
 function Box:start()
