@@ -6,6 +6,8 @@
 -- node that lost its claim cannot overwrite a newer record.
 -- Settings come from the environment of the node: PGHOST, PGUSER,
 -- PGPASSWORD (or ~/.pgpass), BACKUP_DB (default "app"), BACKUP_DIR.
+-- (A run, not a command job, for that fenced record: a plain dump needs no
+-- Lua, `command = {"pg_dump", "-Fc", "-f", PATH, "app"}`, docs/jobs.md.)
 --
 --   baton check jobs/pg-backup.lua && baton job put jobs/pg-backup.lua
 return {
@@ -25,9 +27,8 @@ return {
     local dir = os.getenv("BACKUP_DIR") or "/var/backups/postgres"
     local stamp = os.date("!%Y%m%dT%H%M%SZ", ctx.fire)
     local path = ("%s/%s-%s.dump"):format(dir, db, stamp)
-    local r, err = baton.exec { "pg_dump", "-Fc", "-f", path, db, timeout = 2 * 3600 - 60 }
-    if not r then error("pg_dump: " .. err) end
-    if r.code ~= 0 then error(("pg_dump exited %d: %s"):format(r.code, r.stderr)) end
+    -- check = true: a non-zero exit fails the run, with the end of stderr
+    assert(baton.exec { "pg_dump", "-Fc", "-f", path, db, timeout = 2 * 3600 - 60, check = true })
     local st = assert(baton.exec { "stat", "-c", "%s", path })
     local size = tonumber(st.stdout) or 0
     ctx.log.info("backup done", { path = path, bytes = size })

@@ -53,6 +53,7 @@ local FIELDS = {
   "schedule", "queue", "timezone", "timeout", "concurrency", "misfire",
   "starting_deadline", "retry", "shards", "shard_params", "policy",
   "on_node_loss", "labels", "params", "secrets", "description", "on", "run", "memory",
+  "command", "env", "cwd",
 }
 local RETRY_FIELDS = { "attempts", "backoff", "max_backoff", "jitter" }
 local ENUMS = {
@@ -66,6 +67,9 @@ local ALIASES = {
   retries = "retry", handler = "run", fn = "run", main = "run", deadline = "starting_deadline",
   concurrency_policy = "concurrency", node_selector = "labels", parameters = "params",
   triggers = "on", events = "on", trigger = "on", secret = "secrets",
+  cmd = "command", exec = "command", shell = "command", script = "command", argv = "command",
+  workdir = "cwd", dir = "cwd", directory = "cwd", working_dir = "cwd", chdir = "cwd",
+  environment = "env", environ = "env",
 }
 -- The functions of a scheduling policy (design.md section 8).
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
@@ -338,8 +342,9 @@ end
 
 local function qs(s) return format("%q", s) end
 
--- nil and the message of field f being wrong.
-local function field(f, msg) return nil, format("field '%s': %s", f, msg) end
+-- The message of field f being wrong (field: nil and it).
+local function field_msg(f, msg) return format("field '%s': %s", f, msg) end
+local function field(f, msg) return nil, field_msg(f, msg) end
 
 local function is_int(v) return type(v) == "number" and v == floor(v) and v > -huge and v < huge end
 local function is_finite(v) return type(v) == "number" and v == v and v > -huge and v < huge end
@@ -501,6 +506,97 @@ end
 local KNOWN = {}
 for _, f in ipairs(FIELDS) do KNOWN[f] = true end
 
+local function no_nul(s) return not s:find("%z") end
+
+-- Checks what a job does, into spec: run (a function) or command (a
+-- program: a list {program, args...} run as it is, or a string run by
+-- /bin/sh -c; cli/worker.lua runs it), exactly one of them, and the
+-- command's env and cwd. Returns nil when fine, else the message.
+local function check_command(t, spec)
+  if t.run ~= nil and t.command ~= nil then
+    return "fields 'run' and 'command' exclude each other: a job runs a Lua function or a program"
+  end
+  if t.command == nil then
+    if t.run == nil then
+      return "field 'run' is missing: a job needs run = function(ctx) ... end, "
+        .. "or command = {\"program\", \"arg\", ...} to run a program"
+    end
+    if type(t.run) ~= "function" then
+      local hint = (type(t.run) == "string" or type(t.run) == "table")
+        and " (a program to run goes in command = {\"program\", \"arg\", ...} or command = \"shell text\")" or ""
+      return field_msg("run", "expected a function, got " .. typename(t.run) .. hint)
+    end
+    for _, f in ipairs { "env", "cwd" } do
+      if t[f] ~= nil then
+        return field_msg(f, "only a job with a command has one (in run, give " .. f
+          .. " to baton.exec)")
+      end
+    end
+    spec.run = t.run
+    return nil
+  end
+  local c = t.command
+  if type(c) == "string" then
+    if not c:find("%S") then return field_msg("command", "is empty") end
+    if not no_nul(c) then return field_msg("command", "contains a NUL byte") end
+  elseif type(c) == "table" then
+    if not is_list(c) or #c == 0 then
+      return field_msg("command", "must be a list {\"program\", \"arg\", ...} with no holes")
+    end
+    for i, a in ipairs(c) do
+      if type(a) ~= "string" and not is_finite(a) then
+        return field_msg("command", format("entry %d is a %s (arguments are strings or numbers)",
+          i, typename(a)))
+      end
+      if type(a) == "string" and not no_nul(a) then
+        return field_msg("command", format("entry %d contains a NUL byte", i))
+      end
+    end
+    if type(c[1]) ~= "string" or c[1] == "" then
+      return field_msg("command", "entry 1 must be the program: a non-empty string")
+    end
+  else
+    return field_msg("command", "expected a list {\"program\", \"arg\", ...} or a string run by "
+      .. "/bin/sh -c, got " .. typename(c))
+  end
+  spec.command = c
+  if t.env ~= nil then
+    if type(t.env) ~= "table" then return field_msg("env", want_type(t.env, "table")) end
+    local keys = {}
+    for k in pairs(t.env) do keys[#keys + 1] = k end
+    sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    local secret = {}
+    if type(t.secrets) == "table" then
+      for _, s in ipairs(t.secrets) do secret[s] = true end
+    end
+    for _, k in ipairs(keys) do
+      if type(k) ~= "string" or not k:find("^[%a_][%w_]*$") then
+        return field_msg("env", format("%s is not a variable name (letters, digits and '_', "
+          .. "not starting with a digit)", type(k) == "string" and qs(k) or tostring(k)))
+      end
+      local v = t.env[k]
+      if type(v) ~= "string" then
+        return field_msg("env", format("the value of %s must be a string, got %s", k, typename(v)))
+      end
+      if not no_nul(v) then return field_msg("env", format("the value of %s contains a NUL byte", k)) end
+      if secret[k] then
+        return field_msg("env", format("%s is one of the job's secrets: the command gets its value "
+          .. "from the node, remove it here", k))
+      end
+    end
+    spec.env = t.env
+  end
+  if t.cwd ~= nil then
+    local e = want_type(t.cwd, "string")
+    if e then return field_msg("cwd", e) end
+    if t.cwd:sub(1, 1) ~= "/" or not no_nul(t.cwd) then
+      return field_msg("cwd", format("must be an absolute directory, got %s", qs(t.cwd)))
+    end
+    spec.cwd = t.cwd
+  end
+  return nil
+end
+
 local function validate(t, name)
   -- (the keys are sorted only to name the first unknown one)
   local unknown = false
@@ -516,12 +612,9 @@ local function validate(t, name)
 
   local spec = setmetatable({ name = name }, building_mt)
 
-  -- run
-  if t.run == nil then
-    return nil, "field 'run' is missing: a job needs run = function(ctx) ... end"
-  end
-  if type(t.run) ~= "function" then return field("run", "expected a function, got " .. typename(t.run)) end
-  spec.run = t.run
+  -- run | command (with its env and cwd)
+  local cerr = check_command(t, spec)
+  if cerr then return nil, cerr end
 
   -- description
   if t.description ~= nil then
@@ -816,7 +909,7 @@ function M.from_table(t, name, revision)
       .. typename(t))
   end
   -- A policy file given where a job was expected: say so.
-  if t.run == nil then
+  if t.run == nil and t.command == nil then
     local fns = {}
     for _, f in ipairs(M.POLICY_FUNCTIONS) do
       if type(t[f]) == "function" then fns[#fns + 1] = f end
@@ -846,7 +939,7 @@ function M.load(source, name, revision, chunkname)
   if not ok then return nil, t, env end
   local spec, err, ecode = M.from_table(t, name, revision)
   if not spec then return nil, err, ecode end
-  spec.env = env
+  spec.globals = env -- (the file's global table; spec.env is a command's env field)
   return spec
 end
 
@@ -854,7 +947,7 @@ end
 -- the policy functions and no run): {names of those functions} or false.
 -- t: what the file returned (run_file, or the sandbox's copy).
 function M.looks_like_policy(t)
-  if type(t) ~= "table" or t.run ~= nil then return false end
+  if type(t) ~= "table" or t.run ~= nil or t.command ~= nil then return false end
   local found = {}
   for _, f in ipairs(M.POLICY_FUNCTIONS) do
     if type(t[f]) == "function" then found[#found + 1] = f end

@@ -184,8 +184,9 @@ function M.from_table(t, name)
     return fail(name, "the file must return a table ({claim_delay = function(job, fire, nodes, me) "
       .. "... end, ...}), got " .. typename(t))
   end
-  if t.run ~= nil and t.claim_delay == nil and t.assign_shards == nil then
-    return fail(name, "this looks like a job (it has run), not a policy: store it with baton job put")
+  local what = t.run ~= nil and "run" or t.command ~= nil and "command" or nil
+  if what and t.claim_delay == nil and t.assign_shards == nil then
+    return fail(name, "this looks like a job (it has " .. what .. "), not a policy: store it with baton job put")
   end
   local req = job.required_name(t)
   if req then

@@ -4,6 +4,8 @@
  *
  *   local r = assert(baton.exec{"pg_dump", "-f", path, timeout = 600})
  *   -- r.code, r.signal, r.stdout, r.stderr
+ *   assert(baton.exec{"pg_dump", "-f", path, check = true})
+ *   -- a non-zero exit: nil, "ECHILD: pg_dump exited with status 1: ...", "ECHILD"
  *
  *   local p = assert(baton.spawn{"rsync", "-a", src, dst})
  *   -- p.pid, p:wait([timeout]), p:kill([sig]), p:done()
@@ -51,6 +53,8 @@
 #define PROC_MT "baton.process"
 #define SINK_MT "baton.output_sink"
 #define TAP_LINE_MAX 4096                    /* longer lines are cut */
+#define CHECK_TAIL_LINES 5                   /* of stderr, in check's error */
+#define CHECK_TAIL_BYTES 1024
 
 extern char **environ;
 
@@ -522,6 +526,7 @@ static int l_sink_gc(lua_State *L) {
 typedef struct {
   char *p;
   size_t len, cap;
+  int cut;                /* tail mode: older bytes were dropped */
 } obuf_t;
 
 typedef struct {
@@ -541,6 +546,8 @@ typedef struct {
   int fail;               /* BT_E* that ends the call (output too large) */
   const char *fail_stream;
   double timeout;         /* seconds, 0 = none */
+  size_t tail;            /* keep only the last tail bytes of each stream (0: all) */
+  int check;              /* a non-zero exit or a signal is a failure */
   const char *cmd;        /* argv[0], stored after the struct */
   const char *in_data;    /* stdin, stored after the struct */
   size_t in_len;
@@ -580,6 +587,133 @@ static void close_pipes(exec_t *e) {
   if (e->has_in) close_handle(&e->in);
 }
 
+/* Pushes what b holds of a stream: all of it, or its last tail bytes. */
+static void push_stream(lua_State *S, const obuf_t *b, size_t tail) {
+  size_t len = b->len;
+  const char *p = b->p ? b->p : "";
+  if (tail && len > tail) {
+    p += len - tail;
+    len = tail;
+  }
+  lua_pushlstring(S, p, len);
+}
+
+static int is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* The tail of a program's stderr for an error message, into out (size at
+ * least CHECK_TAIL_BYTES + 8): its last CHECK_TAIL_LINES non-empty lines,
+ * trailing blanks removed, joined by " | ", at most CHECK_TAIL_BYTES bytes
+ * of them. When that limit falls inside a line, the text starts after the
+ * first blank past it (so that no word, a secret perhaps, is shown cut in
+ * two) and "..." says something was left out. Returns the length (0: the
+ * program wrote nothing but blanks). lua/baton/cli/worker.lua makes the
+ * same tail for a command job, after redacting its secrets. */
+static size_t stderr_tail(const char *p, size_t len, char *out) {
+  size_t starts[CHECK_TAIL_LINES], ends[CHECK_TAIL_LINES];
+  size_t nl = 0, keep = 0, total = 0, i = len, o = 0, k;
+  /* the last lines, newest first: [starts[k], ends[k]) */
+  while (nl < CHECK_TAIL_LINES) {
+    while (i > 0 && is_space(p[i - 1])) i--;
+    if (i == 0) break;
+    ends[nl] = i;
+    while (i > 0 && p[i - 1] != '\n') i--;
+    starts[nl] = i;
+    while (is_space(p[starts[nl]])) starts[nl]++;
+    nl++;
+  }
+  if (nl == 0) return 0;
+  /* the newest of them that fit, with a " | " between two */
+  while (keep < nl) {
+    size_t add = ends[keep] - starts[keep] + (keep ? 3 : 0);
+    if (total + add > CHECK_TAIL_BYTES) break;
+    total += add;
+    keep++;
+  }
+  if (keep == 0) {
+    /* the last line alone is too long: its end, from a word's start */
+    size_t s = ends[0] - (CHECK_TAIL_BYTES - 3);
+    for (k = s; k < ends[0] && !is_space(p[k]); k++) {}
+    if (k < ends[0]) s = k + 1;
+    else while (s < ends[0] && ((unsigned char) p[s] & 0xc0) == 0x80) s++;
+    memcpy(out, "...", 3);
+    memcpy(out + 3, p + s, ends[0] - s);
+    return 3 + ends[0] - s;
+  }
+  if (keep < nl) {
+    memcpy(out, "... | ", 6);
+    o = 6;
+  }
+  for (k = keep; k-- > 0;) {
+    memcpy(out + o, p + starts[k], ends[k] - starts[k]);
+    o += ends[k] - starts[k];
+    if (k > 0) {
+      memcpy(out + o, " | ", 3);
+      o += 3;
+    }
+  }
+  return o;
+}
+
+/* How a program ended, for an error message, into msg (size bytes):
+ * "exited with status 3: <stderr's tail>" or "was killed by signal 9
+ * (SIGKILL): ...", without the tail when err holds nothing but blanks. */
+static void exit_text(char *msg, size_t size, int64_t status, int term_sig,
+                      const char *err, size_t errlen) {
+  char tail[CHECK_TAIL_BYTES + 8];
+  size_t tlen = stderr_tail(err, errlen, tail);
+  const char *name = term_sig ? bt__signal_name(term_sig) : NULL;
+  int n;
+  if (term_sig)
+    n = snprintf(msg, size, "was killed by signal %d%s%s%s", term_sig, name ? " (" : "",
+                 name ? name : "", name ? ")" : "");
+  else
+    n = snprintf(msg, size, "exited with status %d", (int) status);
+  if (n < 0 || (size_t) n + 2 + tlen >= size) return;
+  memcpy(msg + n, ": ", 2);
+  memcpy(msg + n + 2, tail, tlen);
+  msg[n + 2 + tlen] = '\0';
+  if (tlen == 0) msg[n] = '\0';
+}
+
+/* Pushes check's failure for a program that exited with a non-zero status
+ * or was killed: nil, "ECHILD: cmd exited with status 3: <stderr's tail>",
+ * "ECHILD". */
+static int push_check_fail(lua_State *S, const exec_t *e) {
+  char text[CHECK_TAIL_BYTES + 100];
+  const char *err = e->ebuf.p ? e->ebuf.p : "";
+  size_t len = e->ebuf.len;
+  int n;
+  if (e->tail && len > e->tail) {
+    /* (what r.stderr would have been) */
+    err += len - e->tail;
+    len = e->tail;
+  }
+  exit_text(text, sizeof(text), e->exit_status, e->term_sig, err, len);
+  lua_pushfstring(S, "%s %s", e->cmd, text);
+  /* stack: text nil msg code */
+  n = bt_push_fail(S, BT_ECHILD, lua_tostring(S, -1));
+  lua_remove(S, -n - 1);
+  return n;
+}
+
+/* baton._exit_text(code, signal, stderr) -> "exited with status 3: ..."
+ * (what check's error says after the program's name) or nil for code 0
+ * and no signal: for a command job (lua/baton/cli/worker.lua), which
+ * redacts stderr's secrets before it is cut. */
+static int l_exit_text(lua_State *L) {
+  char text[CHECK_TAIL_BYTES + 100];
+  lua_Number code = luaL_checknumber(L, 1);
+  int sig = (int) luaL_optnumber(L, 2, 0);
+  size_t len = 0;
+  const char *err = luaL_optlstring(L, 3, "", &len);
+  if (code == 0 && sig == 0) return 0;
+  exit_text(text, sizeof(text), (int64_t) code, sig, err, len);
+  lua_pushstring(L, text);
+  return 1;
+}
+
 /* Pushes the result (or failure) onto the coroutine's stack and resumes it;
  * then closes what is left. The process handle is closed in on_exit. */
 static void finish(exec_t *e) {
@@ -601,12 +735,14 @@ static void finish(exec_t *e) {
       snprintf(msg, sizeof(msg), "%s: reading %s: %s", e->cmd, e->fail_stream,
                uv_strerror(e->fail));
     n = bt_push_fail(S, e->timedout ? BT_ETIMEDOUT : e->fail, msg);
+  } else if (e->check && (e->term_sig || e->exit_status != 0)) {
+    n = push_check_fail(S, e);
   } else {
     /* stack: result */
     push_status(S, e->exit_status, e->term_sig, 4);
-    lua_pushlstring(S, e->obuf.p ? e->obuf.p : "", e->obuf.len);
+    push_stream(S, &e->obuf, e->tail);
     lua_setfield(S, -2, "stdout");
-    lua_pushlstring(S, e->ebuf.p ? e->ebuf.p : "", e->ebuf.len);
+    push_stream(S, &e->ebuf, e->tail);
     lua_setfield(S, -2, "stderr");
     n = 1;
   }
@@ -685,7 +821,15 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread > 0) {
     b->len += (size_t) nread;
     tap_feed(is_out ? &e->tout : &e->terr, b->p + b->len - nread, (size_t) nread);
-    if (b->len > EXEC_MAX_OUTPUT) fail(e, BT_ETOOLARGE, name);
+    if (e->tail && b->len >= 2 * e->tail) {
+      /* tail mode: the last tail bytes move to the front (at most every
+       * tail bytes read, so the copying stays linear) */
+      memmove(b->p, b->p + b->len - e->tail, e->tail);
+      b->len = e->tail;
+      b->cut = 1;
+    } else if (!e->tail && b->len > EXEC_MAX_OUTPUT) {
+      fail(e, BT_ETOOLARGE, name);
+    }
     return;
   }
   if (nread == 0) return;
@@ -740,26 +884,48 @@ static void exec_cancel(void *data) {
   close_handle(&e->timer);
 }
 
-/* baton.exec{cmd, args..., timeout=, env=, cwd=, stdin=, output=}. */
+/* baton.exec{cmd, args..., timeout=, env=, cwd=, stdin=, output=, check=,
+ * tail=}. check = true: a non-zero exit or a signal returns nil, "ECHILD:
+ * ...", "ECHILD" (with the tail of stderr) instead of the result. tail = n:
+ * r.stdout and r.stderr are the last n bytes of each stream, and more
+ * output than EXEC_MAX_OUTPUT is no error. */
 static int l_exec(lua_State *L) {
-  static const char *const opts[] = {"timeout", "env", "cwd", "stdin", "output", NULL};
+  static const char *const opts[] = {"timeout", "env", "cwd", "stdin", "output", "check", "tail",
+                                     NULL};
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   const char *in_data = NULL, *cmd;
   size_t in_len = 0, cmd_len;
-  double timeout = 0;
+  double timeout = 0, tail = 0;
   cmdline_t c;
-  int rc, output;
+  int rc, output, check = 0;
   bt_co_t *co;
   exec_t *e;
   uv_loop_t *loop;
 
   check_cmdline(L, "baton.exec", "{cmd, args..., timeout=, env=, cwd=, "
-                "stdin=, output=}", opts, "timeout, env, cwd, stdin or output", &c);
+                "stdin=, output=, check=, tail=}", opts,
+                "timeout, env, cwd, stdin, output, check or tail", &c);
   cmd = c.argv[0];
   cmd_len = strlen(cmd);
   lua_getfield(L, 1, "output");
   output = want_output(L, -1, "baton.exec");
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "check");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+    return luaL_error(L, "baton.exec: check must be a boolean (got %s)", luaL_typename(L, -1));
+  check = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "tail");
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      return luaL_error(L, "baton.exec: tail must be a number of bytes (got %s)",
+                        luaL_typename(L, -1));
+    tail = lua_tonumber(L, -1);
+    if (!(tail >= 1) || tail > (double) EXEC_MAX_OUTPUT || tail != floor(tail))
+      return luaL_error(L, "baton.exec: tail must be a whole number of bytes from 1 to %d",
+                        (int) EXEC_MAX_OUTPUT);
+  }
   lua_pop(L, 1);
 
   lua_getfield(L, 1, "timeout");
@@ -797,6 +963,8 @@ static int l_exec(lua_State *L) {
     e->has_in = 1;
   }
   e->timeout = timeout;
+  e->tail = (size_t) tail;
+  e->check = check;
   tap_init(&e->tout, e->cmd, 0, output);
   tap_init(&e->terr, e->cmd, 1, output);
 
@@ -1487,6 +1655,8 @@ int bt_lua_open_exec(lua_State *L) {
   lua_setfield(L, -2, "spawn");
   lua_pushcfunction(L, l_children);
   lua_setfield(L, -2, "_children");
+  lua_pushcfunction(L, l_exit_text);
+  lua_setfield(L, -2, "_exit_text");
   lua_pushcfunction(L, l_sweep);
   lua_setfield(L, -2, "_sweep");
   lua_pushcfunction(L, l_fenced);

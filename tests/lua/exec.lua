@@ -203,6 +203,61 @@ do
   end, "^baton%.exec: cannot wait here", "waiting inside a C call raises")
 end
 
+-- check = true: a non-zero exit or a signal is a failure (nil, "ECHILD:
+-- ...", "ECHILD") with the tail of stderr; success still returns the table
+do
+  local r, err, code = sh("echo out; echo boom >&2; exit 3", {check = true})
+  T.is(r, nil, "check: a non-zero exit returns nil")
+  T.is(err, "ECHILD: sh exited with status 3: boom", "check: the status and stderr's tail")
+  T.is(code, "ECHILD", "check: code ECHILD")
+  local ok, raised = pcall(function() return assert(sh("exit 4", {check = true})) end)
+  T.ok(not ok and tostring(raised):find("ECHILD: sh exited with status 4", 1, true),
+       "check: assert(baton.exec{..., check = true}) raises the error: " .. tostring(raised))
+  r = sh("echo fine", {check = true})
+  T.is(r and r.stdout, "fine\n", "check: a success returns the result")
+  r, err = sh("kill -KILL $$", {check = true})
+  T.is(err, "ECHILD: sh was killed by signal 9 (SIGKILL)", "check: a signal, named; no stderr, no tail")
+  _, err = sh("for i in 1 2 3 4 5 6 7; do echo line$i >&2; echo >&2; done; exit 1", {check = true})
+  T.is(err, "ECHILD: sh exited with status 1: line3 | line4 | line5 | line6 | line7",
+       "check: the last 5 non-blank lines")
+  _, err = sh("i=0; while [ $i -lt 4 ]; do head -c 400 /dev/zero | tr '\\0' x >&2; echo >&2; i=$((i+1)); done; exit 1",
+              {check = true})
+  T.like(err, "^ECHILD: sh exited with status 1: %.%.%. | x+ | x+$", "check: at most 1 KiB, '...' for the rest")
+  T.ok(#err < 1024 + 60, "check: the tail is short (" .. #err .. " bytes)")
+  _, err = sh("{ printf 'start '; head -c 3000 /dev/zero | tr '\\0' y; printf ' word%s' $(seq 1 80); "
+              .. "echo ' end'; } >&2; exit 1", {check = true})
+  T.ok(err, "check: a long line")
+  local tail = err and err:match(": (%.%.%..*)$") or ""
+  T.like(tail, "^%.%.%.word%d+ ", "check: a long line's end starts at a word")
+  T.like(tail, " word80 end$", "check: and goes to its end")
+  r, err = sh("exit 0", {check = false})
+  T.is(r and r.code, 0, "check = false: as without it")
+  r = sh("exit 5", {check = false})
+  T.is(r and r.code, 5, "check = false: a non-zero exit returns the table")
+  T.error_like(function() sh("true", {check = "yes"}) end, "check must be a boolean", "check: a boolean")
+end
+
+-- tail = n: only the last n bytes of each stream are returned, and more
+-- output than the 64 MiB cap is no error
+do
+  local r = sh("printf 0123456789abcdef; printf ABCDEFGHIJ >&2", {tail = 10})
+  T.is(r and r.stdout, "6789abcdef", "tail: the last 10 bytes of stdout")
+  T.is(r and r.stderr, "ABCDEFGHIJ", "tail: all of a short stderr")
+  r = sh("head -c 70000000 /dev/zero | tr '\\0' z; echo the-end", {tail = 100000})
+  T.is(r and r.code, 0, "tail: 70 MB of output is no error")
+  T.is(r and #r.stdout, 100000, "tail: 100000 bytes returned")
+  T.ok(r and r.stdout:find("[^z]") == 99993 and r.stdout:sub(-8) == "the-end\n",
+       "tail: they are the last ones")
+  local _, err = sh("head -c 70000000 /dev/zero", {check = true, tail = 16})
+  T.is(err, nil, "tail + check: a success")
+  _, err = sh("head -c 100000 /dev/zero | tr '\\0' q >&2; echo >&2; echo last-words >&2; exit 2", {check = true, tail = 64})
+  T.is(err, "ECHILD: sh exited with status 2: qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq | last-words",
+       "tail + check: the error's tail comes from what is kept")
+  T.error_like(function() sh("true", {tail = 0}) end, "tail must be a whole number of bytes", "tail: >= 1")
+  T.error_like(function() sh("true", {tail = 1.5}) end, "tail must be a whole number of bytes", "tail: whole")
+  T.error_like(function() sh("true", {tail = "1"}) end, "tail must be a number of bytes", "tail: a number")
+end
+
 -- concurrency: two coroutines' children run in parallel
 do
   local t0, done = baton.now(), 0

@@ -161,8 +161,10 @@ rejects_field('schedule = "@daily", labels = { "eu" }',
 rejects_field('schedule = "@daily", description = 1', "field 'description': expected a string, got number",
   "description type")
 rejects('return { schedule = "@daily" }',
-  "field 'run' is missing: a job needs run = function(ctx) ... end", "missing run")
-rejects('return { schedule = "@daily", run = "echo hi" }', "field 'run': expected a function, got string",
+  "field 'run' is missing: a job needs run = function(ctx) ... end, or command = {\"program\", \"arg\", ...} "
+  .. "to run a program", "missing run")
+rejects('return { schedule = "@daily", run = "echo hi" }', "field 'run': expected a function, got string "
+  .. "(a program to run goes in command = {\"program\", \"arg\", ...} or command = \"shell text\")",
   "run not a function")
 rejects('return { ' .. RUN .. ' }',
   "needs a 'schedule' (cron, @daily, @every 30s, @manual), a 'queue' (a queue name) "
@@ -289,8 +291,8 @@ do
   T.is(f, nil, "nor its global functions")
   T.is(rawget(_G, "counter"), nil, "the process's globals are untouched")
   T.is(rawget(_G, "bump"), nil, "no global function leaked")
-  T.is(a.env.counter, 11, "spec.env is the job's global table")
-  T.is(a.env._G, a.env, "_G in a job is its own table")
+  T.is(a.globals.counter, 11, "spec.globals is the job's global table")
+  T.is(a.globals._G, a.globals, "_G in a job is its own table")
   rejects("string.upper = nil return {}",
     "error while loading: jobs/j:1: string is shared and read-only: cannot set string.upper", "libraries are read-only")
   T.is(type(string.upper), "function", "and stay intact")
@@ -317,7 +319,7 @@ do
   local own = {}
   for k in pairs(a) do own[#own + 1] = k end
   table.sort(own)
-  T.is(table.concat(own, " "), "cron env name revision run schedule timeout",
+  T.is(table.concat(own, " "), "cron globals name revision run schedule timeout",
        "a spec stores only the fields the job set (and its compiled parts)")
   T.is(a.timezone .. " " .. a.concurrency .. " " .. a.misfire .. " " .. a.shards .. " " .. a.policy
        .. " " .. a.on_node_loss .. " " .. tostring(a.manual),

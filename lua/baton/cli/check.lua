@@ -20,9 +20,22 @@ nothing. A scheduling policy file is checked as baton policy put checks it:
 its self-test, then its decisions on a sample cluster. Exit 0 when valid,
 1 with the error.]]
 
+-- A job's command as one line: shell text as it is, a list's words joined
+-- (quoted when they hold a blank or a quote), control characters escaped.
+local function command_line(cmd)
+  if type(cmd) == "string" then return U.escape(cmd) end
+  local words = {}
+  for i, w in ipairs(cmd) do
+    w = tostring(w)
+    words[i] = (w == "" or w:find("[%s\"'\\]")) and ("%q"):format(w):gsub("\\\n", "\\n") or w
+  end
+  return U.escape(table.concat(words, " "))
+end
+
 -- One line describing a valid spec.
 local function summary(spec)
   local parts = { "ok: job " .. spec.name }
+  if spec.command then parts[#parts + 1] = "command " .. command_line(spec.command) end
   if spec.queue then
     parts[#parts + 1] = "queue " .. spec.queue
   elseif spec.schedule then

@@ -348,6 +348,53 @@ local function shared_unchanged(snap)
   return rawequal(smt, snap.smt) and (not smt or same_fields(smt, snap.smt_fields))
 end
 
+-- Bytes of a command's stdout and stderr that baton.exec keeps for the
+-- worker (all of it is in the run's kept output): the end of stderr is
+-- what a failure shows.
+local COMMAND_KEEP = 16 * 1024
+
+-- The run function of a job with a command (job.lua; docs/jobs.md,
+-- "Commands"): its program runs through baton.exec, so its output is kept
+-- as any program's a run starts, and it ends with the run like them. Its
+-- environment is the worker's without the node's etcd password, with the
+-- job's env, the facts of the run (BATON_JOB, BATON_RUN_ID, ...), its
+-- params (BATON_PARAM_<name>) and its secrets (by their names); a queue
+-- task's value is its stdin. A non-zero exit or a signal fails the run with
+-- the tail of stderr, its secrets redacted before it is cut (list).
+local function command_run(spec, run, values, list)
+  return function(ctx)
+    local cmd = {}
+    if type(spec.command) == "string" then
+      cmd = { "/bin/sh", "-c", spec.command }
+    else
+      for i, a in ipairs(spec.command) do cmd[i] = a end
+    end
+    local env = { BATON_PASSWORD = false }
+    for k, v in pairs(spec.env or {}) do env[k] = v end
+    env.BATON_JOB, env.BATON_RUN_ID = run.job, run.id or util.instant(run.fire)
+    env.BATON_ATTEMPT, env.BATON_NODE = tostring(run.attempt), tostring(run.node)
+    env.BATON_FIRE = run.fire and tostring(run.fire) or false
+    env.BATON_DEADLINE = run.deadline and tostring(run.deadline) or false
+    for k, v in pairs(ctx.params) do env["BATON_PARAM_" .. k] = tostring(v) end
+    if ctx.shard then
+      local p = ctx.shard.param
+      env.BATON_SHARD, env.BATON_SHARDS = tostring(ctx.shard.index), tostring(ctx.shard.total)
+      if p ~= nil and p ~= json.null then
+        env.BATON_SHARD_PARAM = type(p) == "table" and json.encode(p) or tostring(p)
+      end
+    end
+    if ctx.event then env.BATON_EVENT = json.encode(ctx.event) end
+    if ctx.task then env.BATON_TASK_KEY, cmd.stdin = ctx.task.key, ctx.task.value end
+    for name, v in pairs(values) do env[name] = v end
+    cmd.env, cmd.cwd, cmd.tail = env, spec.cwd, COMMAND_KEEP
+    local r, err = baton.exec(cmd)
+    if not r then return nil, err end
+    local how = baton._exit_text(r.code, r.signal, output.redact(r.stderr, list))
+    if how then return nil, "command " .. how end
+    return true
+  end
+end
+
 -- The reason a run failed, as text: a string as it is, anything else as
 -- its JSON (error({code = 1}) is recorded as {"code":1}).
 local function error_text(v)
@@ -385,11 +432,12 @@ local function execute(run, state)
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
                             secrets = list, capture = true }:start()
   local out = printed(run, kept, list)
-  if rawget(spec.env, "print") == nil then spec.env.print = out.print end
-  if rawget(spec.env, "io") == nil then spec.env.io = out.io end
+  if rawget(spec.globals, "print") == nil then spec.globals.print = out.print end
+  if rawget(spec.globals, "io") == nil then spec.globals.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
   local started = now()
-  local ok, res, err = pcall(spec.run, context(run, state, kept, values, list))
+  local fn = spec.run or command_run(spec, run, values, list)
+  local ok, res, err = pcall(fn, context(run, state, kept, values, list))
   -- A stop request may have ended what the run waited on: let it be seen
   -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
