@@ -238,3 +238,15 @@ deb:
 
 -include $(INSTALL_OBJS:.o=.d)
 # --- end install ---
+
+# --- dist ---
+# make dist: a source tarball of the committed tree at HEAD in DISTDIR,
+# baton-VERSION.tar.gz when HEAD is the release tag vVERSION, else
+# baton-VERSION-gCOMMIT.tar.gz (a snapshot); a release tag that does not
+# match VERSION is refused (tools/dist.sh, README.md "Licence and releases").
+DISTDIR ?= $(BUILD)/dist
+
+.PHONY: dist
+dist:
+	@DISTDIR="$(DISTDIR)" sh tools/dist.sh
+# --- end dist ---
