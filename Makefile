@@ -1,6 +1,7 @@
 # baton: one top-level make. `make` builds bin/baton; `make test` runs the
 # suite against a real etcd that the harness starts and stops. Every target
-# that builds calls `deps` first, so a fresh Debian machine needs nothing else.
+# that builds installs the Debian packages it needs first (tools/deps.sh),
+# so a fresh Debian machine needs nothing else.
 
 CC       ?= cc
 BUILD    ?= build
@@ -31,12 +32,25 @@ CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
 PROVE    ?= prove
 PROVEFLAGS ?=
 
-.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
+.PHONY: all deps packages test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
 
-all: deps $(BIN)
+all: packages $(BIN)
 
-deps:
-	@sh tools/deps.sh
+# Packages (tools/deps.sh SET): `make` installs what building bin/baton
+# needs (SET build: compilers, -dev packages); `make demo` adds etcd
+# (demo); `make deps`, `make test` and the targets that run tests or
+# benches add what those use (test: chromium, prometheus, wrk, faketime,
+# node and npm, then npm ci in the tests' directories). A target's set is a
+# target-specific variable, which the `all` it builds first inherits, so
+# one run of tools/deps.sh installs it all.
+DEPS_SET = build
+deps test asan valgrind bench chaos: DEPS_SET = test
+demo: DEPS_SET = demo
+
+deps: packages
+
+packages:
+	@sh tools/deps.sh $(DEPS_SET)
 
 $(BIN): $(OBJS)
 	@mkdir -p $(dir $@)
@@ -118,7 +132,7 @@ build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/co
 	@$$(FUZZ_CC) $$(FUZZ_CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $$(FUZZ_SRCS_$(1)) \
 	  $$(shell pkg-config --libs libuv libcjson) -lm -ldl -lpthread
 
-fuzz-$(1): deps build/fuzz/$(1)_fuzz
+fuzz-$(1): packages build/fuzz/$(1)_fuzz
 	@mkdir -p build/fuzz/$(1)/corpus build/fuzz/$(1)/crashes fuzz/regressions/$(1)
 	@cp fuzz/corpus/$(1)/* build/fuzz/$(1)/corpus/
 	@rc=0; build/fuzz/$(1)_fuzz -max_total_time=$$(FUZZ_TIME) -timeout=10 \
