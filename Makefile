@@ -185,9 +185,15 @@ chaos: all $(CHAOS_PROXY)
 
 # --- install ---
 # make install [PREFIX=/usr/local] [DESTDIR=]: the program, the Lua library
-# (LUADIR), the shipped jobs and policies, the man page, bash completion, a
-# systemd unit with its sysusers.d user, and /etc/default/baton (see
-# tools/install.sh); make uninstall removes exactly what it wrote. The
+# (LUADIR), the shipped jobs and policies, the man page, bash completion,
+# the docs (DOCDIR: README, CHANGELOG, LICENSE, NOTICE, docs/*.md), a
+# systemd unit with its sysusers.d user, and the environment file
+# SYSCONFDIR/default/baton (see tools/install.sh); make uninstall removes
+# exactly what it wrote. Everything goes under DESTDIR/PREFIX: SYSCONFDIR
+# is PREFIX/etc unless set, so `make install PREFIX=$HOME/opt/baton` needs no
+# root, and /etc/default/baton is written only when asked for with
+# SYSCONFDIR=/etc (as the Debian package has it). The unit reads the
+# environment file from SYSCONFDIR, wherever that is. The
 # installed program is bin/baton relinked with LUADIR compiled in (and
 # VERSION, which make install VERSION=... overrides): only the sources that
 # mention BATON_LUADIR or BATON_VERSION are compiled again, in
@@ -200,10 +206,11 @@ DATADIR     ?= $(PREFIX)/share
 PKGDATADIR  ?= $(DATADIR)/baton
 LUADIR      ?= $(PKGDATADIR)/lua
 MANDIR      ?= $(DATADIR)/man
+DOCDIR      ?= $(DATADIR)/doc/baton
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
-SYSCONFDIR  ?= /etc
+SYSCONFDIR  ?= $(PREFIX)/etc
 INSTALL_BUILD ?= $(BUILD)/install
 
 STAMPED      := $(shell grep -l 'BATON_LUADIR\|BATON_VERSION' $(SRCS))
@@ -229,9 +236,9 @@ $(INSTALL_BIN): $(filter-out $(STAMPED:runtime/%.c=$(BUILD)/obj/%.o),$(OBJS)) $(
 	@$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 INSTALL_VARS = DESTDIR="$(DESTDIR)" BIN="$(INSTALL_BIN)" BINDIR="$(BINDIR)" \
-  PKGDATADIR="$(PKGDATADIR)" LUADIR="$(LUADIR)" MANDIR="$(MANDIR)" \
+  PKGDATADIR="$(PKGDATADIR)" LUADIR="$(LUADIR)" MANDIR="$(MANDIR)" DOCDIR="$(DOCDIR)" \
   BASHCOMPDIR="$(BASHCOMPDIR)" UNITDIR="$(UNITDIR)" SYSUSERSDIR="$(SYSUSERSDIR)" \
-  SYSCONFDIR="$(SYSCONFDIR)"
+  SYSCONFDIR="$(SYSCONFDIR)" SYSCONFDIR_ORIGIN="$(origin SYSCONFDIR)"
 
 install: $(INSTALL_BIN)
 	@$(INSTALL_VARS) sh tools/install.sh install
