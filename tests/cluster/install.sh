@@ -50,8 +50,9 @@ cleanup() {
     kill -KILL "$p" 2>/dev/null
   done
   etcdctl --endpoints="$BATON_ENDPOINTS" del --prefix "/test/install/$$/" >/dev/null 2>&1
-  rm -rf -- "$tmp"
+  rm -rf -- "$tmp" ${userdir:+"$userdir"}
 }
+userdir=""
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -281,12 +282,13 @@ if [ "$(id -u)" != 0 ] || ! unshare --mount true 2>/dev/null || ! command -v set
 else
   uid=$((61000 + RANDOM % 3000))
   while getent passwd "$uid" >/dev/null || pgrep -U "$uid" >/dev/null; do uid=$((uid + 1)); done
-  u=$tmp/user
+  # (the user's own directory: the suite's is not theirs to enter)
+  u=$(mktemp -d /tmp/baton-install-user.XXXXXX)
+  userdir=$u
   mkdir -p "$u/src/build" "$u/home" "$u/tmp"
   cp -a "$root"/{Makefile,VERSION,README.md,CHANGELOG.md,LICENSE,NOTICE,runtime,lua,jobs,docs,tools} "$u/src/"
   [ -d "$root/build/obj" ] && cp -a "$root/build/obj" "$u/src/build/"
   chown -R "$uid:$uid" "$u"
-  chmod 711 "$tmp"
   # as_user CMD...: CMD as the user, in the namespace, in a clean environment.
   as_user() {
     unshare --mount --propagation private sh -c '
@@ -298,16 +300,17 @@ else
       done
       [ -z "$bad" ] || echo "# could not make read-only:$bad" >&2
       exec setpriv --reuid="$0" --regid="$0" --clear-groups env -i PATH="$PATH" \
-        HOME="$t/user/home" TMPDIR="$t/user/tmp" "$@"' "$uid" "$tmp" "$@"
+        HOME="$t/home" TMPDIR="$t/tmp" "$@"' "$uid" "$u" "$@"
   }
   out=$(as_user make -s --no-print-directory -C "$u/src" install PREFIX="$u/prefix" 2>&1)
-  ok $? "make install PREFIX=\$tmp/... as a user (uid $uid) succeeds, with all but \$tmp read-only" ||
+  ok $? "make install PREFIX=\$dir/prefix as a user (uid $uid, in \$dir/src) succeeds, with all but \$dir read-only" ||
     diag "$out"
   # (an earlier make install wrote /etc/default/baton, outside the prefix)
   manifest=$u/prefix/share/baton/installed-files
   listed=$(sed -n 's/^[fc] //p' "$manifest" 2>/dev/null | sort)
   found=$(find "$u/prefix" ! -type d 2>/dev/null | sort)
-  [ -n "$found" ] && [ "$listed" = "$found" ] && ! grep -qv "^[fcd] $u/prefix/" "$manifest"
+  [ -n "$found" ] && [ "$listed" = "$found" ] &&
+    awk -v p="$u/prefix" '{ x = substr($0, 3); if (x != p && index(x, p "/") != 1) bad = 1 } END { exit bad }' "$manifest"
   ok $? "what it wrote is the prefix's files, and its list names nothing outside the prefix" ||
     diag "$(diff <(echo "$listed") <(echo "$found") | head -5)"
   is "$(ls -A "$u/tmp")" "" "its temporary files (TMPDIR) are gone"
@@ -321,7 +324,6 @@ else
   [ $? -eq 0 ] && [ -z "$(find "$u/prefix" -mindepth 1 2>/dev/null)" ]
   ok $? "make uninstall PREFIX=... as the user removes all of it" || diag "$out"
   rm -rf -- "$u"
-  chmod 700 "$tmp"
 fi
 
 # ---- the program alone: no library -------------------------------------------
