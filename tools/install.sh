@@ -108,6 +108,7 @@ do_install() {
   mv "$new.sorted" "$new"
   install -m 644 "$new" "$manifest"
   echo "baton: installed $(grep -c '^f ' "$new") files under ${DESTDIR:-/} (list: $manifest)"
+  echo "baton: settings (BATON_ENDPOINTS, BATON_NODE_ARGS): $envfile, which baton.service reads"
 }
 
 do_uninstall() {
