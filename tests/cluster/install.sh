@@ -511,7 +511,8 @@ chmod +x "$tmp/nopkgs/dpkg-query" "$tmp/nopkgs/id"
 ln -s "$(command -v dirname)" "$tmp/nopkgs/dirname"
 wants() { PATH=$tmp/nopkgs /bin/sh "$root/tools/deps.sh" "$1" 2>&1 | sed -n 's/^baton: missing packages: *//p'; }
 has() { # SET WORDS: which of WORDS the set holds
-  local w got=" $(wants "$1") " out=""
+  local w got out=""
+  got=" $(wants "$1") "
   shift
   for w in "$@"; do case $got in *" $w "*) out="$out $w" ;; esac; done
   echo "${out# }"
