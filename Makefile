@@ -1,6 +1,7 @@
 # baton: one top-level make. `make` builds bin/baton; `make test` runs the
 # suite against a real etcd that the harness starts and stops. Every target
-# that builds calls `deps` first, so a fresh Debian machine needs nothing else.
+# that builds installs the Debian packages it needs first (tools/deps.sh),
+# so a fresh Debian machine needs nothing else.
 
 CC       ?= cc
 BUILD    ?= build
@@ -31,12 +32,25 @@ CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
 PROVE    ?= prove
 PROVEFLAGS ?=
 
-.PHONY: all deps test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
+.PHONY: all deps packages test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
 
-all: deps $(BIN)
+all: packages $(BIN)
 
-deps:
-	@sh tools/deps.sh
+# Packages (tools/deps.sh SET): `make` installs what building bin/baton
+# needs (SET build: compilers, -dev packages); `make demo` adds etcd
+# (demo); `make deps`, `make test` and the targets that run tests or
+# benches add what those use (test: chromium, prometheus, wrk, faketime,
+# node and npm, then npm ci in the tests' directories). A target's set is a
+# target-specific variable, which the `all` it builds first inherits, so
+# one run of tools/deps.sh installs it all.
+DEPS_SET = build
+deps test asan valgrind bench chaos: DEPS_SET = test
+demo: DEPS_SET = demo
+
+deps: packages
+
+packages:
+	@sh tools/deps.sh $(DEPS_SET)
 
 $(BIN): $(OBJS)
 	@mkdir -p $(dir $@)
@@ -118,7 +132,7 @@ build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/co
 	@$$(FUZZ_CC) $$(FUZZ_CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $$(FUZZ_SRCS_$(1)) \
 	  $$(shell pkg-config --libs libuv libcjson) -lm -ldl -lpthread
 
-fuzz-$(1): deps build/fuzz/$(1)_fuzz
+fuzz-$(1): packages build/fuzz/$(1)_fuzz
 	@mkdir -p build/fuzz/$(1)/corpus build/fuzz/$(1)/crashes fuzz/regressions/$(1)
 	@cp fuzz/corpus/$(1)/* build/fuzz/$(1)/corpus/
 	@rc=0; build/fuzz/$(1)_fuzz -max_total_time=$$(FUZZ_TIME) -timeout=10 \
@@ -171,9 +185,15 @@ chaos: all $(CHAOS_PROXY)
 
 # --- install ---
 # make install [PREFIX=/usr/local] [DESTDIR=]: the program, the Lua library
-# (LUADIR), the shipped jobs and policies, the man page, bash completion, a
-# systemd unit with its sysusers.d user, and /etc/default/baton (see
-# tools/install.sh); make uninstall removes exactly what it wrote. The
+# (LUADIR), the shipped jobs and policies, the man page, bash completion,
+# the docs (DOCDIR: README, CHANGELOG, LICENSE, NOTICE, docs/*.md), a
+# systemd unit with its sysusers.d user, and the environment file
+# SYSCONFDIR/default/baton (see tools/install.sh); make uninstall removes
+# exactly what it wrote. Everything goes under DESTDIR/PREFIX: SYSCONFDIR
+# is PREFIX/etc unless set, so `make install PREFIX=$HOME/opt/baton` needs no
+# root, and /etc/default/baton is written only when asked for with
+# SYSCONFDIR=/etc (as the Debian package has it). The unit reads the
+# environment file from SYSCONFDIR, wherever that is. The
 # installed program is bin/baton relinked with LUADIR compiled in (and
 # VERSION, which make install VERSION=... overrides): only the sources that
 # mention BATON_LUADIR or BATON_VERSION are compiled again, in
@@ -186,10 +206,11 @@ DATADIR     ?= $(PREFIX)/share
 PKGDATADIR  ?= $(DATADIR)/baton
 LUADIR      ?= $(PKGDATADIR)/lua
 MANDIR      ?= $(DATADIR)/man
+DOCDIR      ?= $(DATADIR)/doc/baton
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
-SYSCONFDIR  ?= /etc
+SYSCONFDIR  ?= $(PREFIX)/etc
 INSTALL_BUILD ?= $(BUILD)/install
 
 STAMPED      := $(shell grep -l 'BATON_LUADIR\|BATON_VERSION' $(SRCS))
@@ -215,9 +236,9 @@ $(INSTALL_BIN): $(filter-out $(STAMPED:runtime/%.c=$(BUILD)/obj/%.o),$(OBJS)) $(
 	@$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 INSTALL_VARS = DESTDIR="$(DESTDIR)" BIN="$(INSTALL_BIN)" BINDIR="$(BINDIR)" \
-  PKGDATADIR="$(PKGDATADIR)" LUADIR="$(LUADIR)" MANDIR="$(MANDIR)" \
+  PKGDATADIR="$(PKGDATADIR)" LUADIR="$(LUADIR)" MANDIR="$(MANDIR)" DOCDIR="$(DOCDIR)" \
   BASHCOMPDIR="$(BASHCOMPDIR)" UNITDIR="$(UNITDIR)" SYSUSERSDIR="$(SYSUSERSDIR)" \
-  SYSCONFDIR="$(SYSCONFDIR)"
+  SYSCONFDIR="$(SYSCONFDIR)" SYSCONFDIR_ORIGIN="$(origin SYSCONFDIR)"
 
 install: $(INSTALL_BIN)
 	@$(INSTALL_VARS) sh tools/install.sh install
@@ -238,3 +259,15 @@ deb:
 
 -include $(INSTALL_OBJS:.o=.d)
 # --- end install ---
+
+# --- dist ---
+# make dist: a source tarball of the committed tree at HEAD in DISTDIR,
+# baton-VERSION.tar.gz when HEAD is the release tag vVERSION, else
+# baton-VERSION-gCOMMIT.tar.gz (a snapshot); a release tag that does not
+# match VERSION is refused (tools/dist.sh, README.md "Licence and releases").
+DISTDIR ?= $(BUILD)/dist
+
+.PHONY: dist
+dist:
+	@DISTDIR="$(DISTDIR)" sh tools/dist.sh
+# --- end dist ---

@@ -7,6 +7,12 @@
 #               libluajit-5.1-2, libuv1, libcjson1, ... with their versions)
 #   Recommends  libcurl4 (loaded with dlopen for https:// endpoints)
 #   conffiles   /etc/default/baton
+#   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
+#               machine-readable format), in place of LICENSE, whose text
+#               is /usr/share/common-licenses/Apache-2.0; the docs beside it
+#               (README.md, CHANGELOG.md, NOTICE, docs/*.md) as make
+#               install lays them out, uncompressed so that the man page's
+#               and the docs' references to each other hold
 #   postinst, prerm, postrm   tools/dist/debian/ (the baton user, the state
 #               directory; no restart of a running node)
 # Prints the package's path.
@@ -33,6 +39,10 @@ rm -f "$tree/usr/share/baton/installed-files"
 # Debian's conventions: a stripped program, a compressed man page.
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$tree/usr/bin/baton"
 gzip -9nf "$tree/usr/share/man/man1/baton.1"
+# The licence: the copyright file names it, and Debian ships its text.
+doc=$tree/usr/share/doc/baton
+rm -f "$doc/LICENSE"
+install -m 644 "$root/tools/dist/debian/copyright" "$doc/copyright"
 
 # dpkg-shlibdeps wants a source package's debian/control around the tree.
 printf 'Source: baton\n\nPackage: baton\nArchitecture: any\n' >"$work/debian/control"

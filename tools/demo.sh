@@ -116,6 +116,24 @@ secs() { awk -v ms="$1" 'BEGIN { printf "%.1f", ms / 1000 }'; }
 log_of() { printf '%s/%s.log' "$tmp" "$1"; }
 # epoch milliseconds of a log line's ts= field
 ts_ms() { date -d "$(sed -n 's/^ts=\([^ ]*\).*/\1/p' <<<"$1")" +%s%3N; }
+# A process's identity: its pid and start time (field 22 of /proc/PID/stat,
+# read after the ") " that ends the command name, which may hold spaces),
+# so that a pid taken by another process since is not mistaken for it.
+proc_id() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  set -- "$1" ${stat##*) }
+  echo "$1:${21}"
+}
+# Whether the process PID:START still runs: it exists, started then, and is
+# not a zombie (state Z, or X while it goes; a dead process whose parent has
+# not reaped it yet, which kill -0 still finds).
+proc_live() {
+  local stat
+  stat=$(cat "/proc/${1%%:*}/stat" 2>/dev/null) || return 1
+  set -- "$1" ${stat##*) }
+  [ "${1#*:}" = "${21}" ] && [ "$2" != Z ] && [ "$2" != X ]
+}
 
 # A loopback port nothing listens on, not given to another node of the
 # demo, in 20000-32767 (below Linux's ephemeral ports, which outgoing
@@ -253,7 +271,8 @@ if [ -z "$victim" ]; then
 else
   nap 0.5
   vpid=${pid_of[$victim]}
-  kids=$(cat /proc/"$vpid"/task/*/children 2>/dev/null)
+  kids=""
+  for k in $(cat /proc/"$vpid"/task/*/children 2>/dev/null); do kids+=" $(proc_id "$k")"; done
   kill -KILL "$vpid"
   wait "$vpid" 2>/dev/null
   unset "pid_of[$victim]"
@@ -261,10 +280,13 @@ else
   say "kill -9 $victim (pid $vpid) in the middle of nightly-backup @ ${instant:11:8}"
   note "its lease (TTL $TTL s) expires on etcd; then the leader finds the orphaned run and runs it again elsewhere"
   sleep 0.5
+  # Its workers die with it (their containment processes end their runs);
+  # one that is still running would be a bug worth saying. A dead one the
+  # init process has not reaped yet (a zombie) is not running.
   for k in $kids; do
-    if kill -0 "$k" 2>/dev/null; then
-      orphans+=("$k")
-      note "(note: its worker process $k is still running after the node's death)"
+    if proc_live "$k"; then
+      orphans+=("${k%%:*}")
+      note "(note: its worker process ${k%%:*} is still running after the node's death)"
     fi
   done
   taken() {

@@ -1,11 +1,29 @@
 #!/bin/sh
-# Installs the Debian packages baton needs to build and test, if any is
-# missing: apt-get as root (updating the package lists only when a package
-# cannot be found), otherwise prints the exact command and fails.
+# tools/deps.sh [build|demo|test]: installs the Debian packages of a set
+# that are missing: apt-get as root (updating the package lists only when a
+# package cannot be found), otherwise prints the exact command and fails.
+#   build  what `make` and `make install` need to build bin/baton (and
+#          `make deb` to package it): the compiler, pkg-config, the -dev
+#          packages of the libraries it links, and tzdata, whose zones it reads
+#   demo   build, and etcd (`make demo` and examples/ start a throwaway one)
+#   test   demo, and what the suite, `make chaos` and `make bench` use:
+#          faketime, openssl, curl, prometheus (promtool), chromium, wrk,
+#          node and npm; then `npm ci` in the tests' directories (the default)
+# The Makefile picks the set: `make` build, `make demo` demo, `make deps`
+# and `make test` test.
 set -u
-pkgs="libluajit-5.1-dev libuv1-dev libcurl4-openssl-dev libcjson-dev pkg-config
-      etcd-server etcd-client tzdata openssl build-essential faketime dpkg-dev
-      libmicrohttpd-dev libsodium-dev libssl-dev libseccomp-dev prometheus chromium curl wrk"
+kind=${1:-test}
+build="build-essential dpkg-dev pkg-config libluajit-5.1-dev libuv1-dev
+       libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev libsodium-dev
+       libssl-dev libseccomp-dev tzdata"
+demo="etcd-server etcd-client"
+test="faketime openssl curl prometheus chromium wrk"
+case $kind in
+  build) pkgs=$build ;;
+  demo) pkgs="$build $demo" ;;
+  test) pkgs="$build $demo $test" ;;
+  *) echo "usage: $0 [build|demo|test]" >&2; exit 2 ;;
+esac
 missing=""
 for p in $pkgs; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)
@@ -14,8 +32,10 @@ done
 # node and npm for tests/cron, tests/browser and tests/bench/grpc: Debian's
 # nodejs and npm, unless a node with its own npm (NodeSource's nodejs, which
 # provides and conflicts with Debian's npm) is installed already.
-command -v node >/dev/null 2>&1 || missing="$missing nodejs"
-command -v npm >/dev/null 2>&1 || missing="$missing npm"
+if [ "$kind" = test ]; then
+  command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+  command -v npm >/dev/null 2>&1 || missing="$missing npm"
+fi
 # npm_ci DIR MODULE WHAT: npm ci in DIR (its package-lock.json pins every
 # version) unless DIR/node_modules/MODULE is there already; on failure,
 # says that WHAT will skip.
@@ -25,6 +45,7 @@ npm_ci() {
      >/dev/null 2>&1) || echo "baton: npm ci in $1 failed; $3 will skip" >&2
 }
 node_deps() {
+  [ "$kind" = test ] || return 0
   root=$(cd "$(dirname "$0")/.." && pwd)
   command -v npm >/dev/null 2>&1 || return 0
   # The pinned reference implementation of the differential cron test.

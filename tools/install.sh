@@ -9,12 +9,17 @@
 #   PKGDATADIR/policies               -> lua/baton/policies (built-in and example policies)
 #   PKGDATADIR/baton.default          the shipped environment file, as shipped
 #   MANDIR/man1/baton.1               the man page
+#   DOCDIR/{README.md,CHANGELOG.md,LICENSE,NOTICE}, DOCDIR/docs/*.md
+#                                     the docs, laid out as in the source
+#                                     tree so that their links hold
 #   BASHCOMPDIR/baton                 bash completion
 #   UNITDIR/baton.service             the systemd unit (BINDIR and SYSCONFDIR filled in)
 #   SYSUSERSDIR/baton.conf            its user, for systemd-sysusers
 #   SYSCONFDIR/default/baton          the environment file, only if there is none
-# and lists what it wrote, and the directories it had to create, in
-# PKGDATADIR/installed-files. Each file is replaced with install(1), which
+# (all of them under PREFIX unless the Makefile was given another
+# SYSCONFDIR, say /etc), and lists what it wrote, and the directories it
+# had to create, in PKGDATADIR/installed-files. Its temporary files go in
+# TMPDIR (mktemp). Each file is replaced with install(1), which
 # unlinks the old one first: a node running from these files keeps running
 # the version it started with (lua/baton/node/pool.lua says why).
 #
@@ -23,10 +28,23 @@
 # only if it is still as shipped (an edited one is kept, and said so).
 set -eu
 
-: "${DESTDIR=}" "${BIN:?}" "${BINDIR:?}" "${PKGDATADIR:?}" "${LUADIR:?}" "${MANDIR:?}"
+: "${DESTDIR=}" "${BIN:?}" "${BINDIR:?}" "${PKGDATADIR:?}" "${LUADIR:?}" "${MANDIR:?}" "${DOCDIR:?}"
 : "${BASHCOMPDIR:?}" "${UNITDIR:?}" "${SYSUSERSDIR:?}" "${SYSCONFDIR:?}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 manifest=$DESTDIR$PKGDATADIR/installed-files
+# An upgrade keeps the settings file its unit reads: when the Makefile's
+# SYSCONFDIR is its default (SYSCONFDIR_ORIGIN "file") and the unit an
+# earlier install wrote reads another one (an install with SYSCONFDIR=/etc,
+# or one from before PREFIX/etc was the default), that one stays, lest a
+# restarted node come up with the shipped settings instead of the operator's.
+unit=$DESTDIR$UNITDIR/baton.service
+if [ "${1:-}" = install ] && [ "${SYSCONFDIR_ORIGIN:-}" = file ] && [ -f "$unit" ]; then
+  was=$(sed -n 's|^EnvironmentFile=-\(/.*\)/default/baton$|\1|p' "$unit" | head -n 1)
+  if [ -n "$was" ] && [ "$was" != "$SYSCONFDIR" ]; then
+    echo "baton: keeping the settings file of the installed unit, $was/default/baton (SYSCONFDIR=$was; give SYSCONFDIR to change it)" >&2
+    SYSCONFDIR=$was
+  fi
+fi
 envfile=$SYSCONFDIR/default/baton
 
 # mkdirs DIR: creates DIR and its missing parents under DESTDIR, listing
@@ -61,6 +79,8 @@ do_install() {
   echo "f $PKGDATADIR/policies" >>"$new"
   put 644 "$root/tools/dist/baton.default" "$PKGDATADIR/baton.default"
   put 644 "$root/docs/baton.1" "$MANDIR/man1/baton.1"
+  for f in README.md CHANGELOG.md LICENSE NOTICE; do put 644 "$root/$f" "$DOCDIR/$f"; done
+  for f in "$root"/docs/*.md; do put 644 "$f" "$DOCDIR/docs/$(basename "$f")"; done
   put 644 "$root/tools/dist/baton.bash-completion" "$BASHCOMPDIR/baton"
   sed -e "s|@BINDIR@|$BINDIR|g" -e "s|@SYSCONFDIR@|$SYSCONFDIR|g" \
       -e "s|@SYSUSERSDIR@|$SYSUSERSDIR|g" "$root/tools/dist/baton.service.in" >"$new.unit"
@@ -88,6 +108,7 @@ do_install() {
   mv "$new.sorted" "$new"
   install -m 644 "$new" "$manifest"
   echo "baton: installed $(grep -c '^f ' "$new") files under ${DESTDIR:-/} (list: $manifest)"
+  echo "baton: settings (BATON_ENDPOINTS, BATON_NODE_ARGS): $envfile, which baton.service reads"
 }
 
 do_uninstall() {
