@@ -325,7 +325,10 @@ do
   r = http("POST", B1 .. "/api/v1/jobs/x/run", { token = TOKEN, body = '{"params":{"who":"a\\u0000b"}}' })
   T.like(r.json and r.json.error or "", "^EINVAL: the body holds \\u0000 %(a NUL character%)",
     "a NUL in a JSON string is refused, not cut")
-  T.is(assert(e:get(P .. "trigger/x/", { prefix = true, count_only = true })).count, 0, "and no run was asked for")
+  baton.sleep(1.5) -- (time for a run asked for to be recorded)
+  T.is(assert(e:get(P .. "runs/x/", { prefix = true, count_only = true })).count
+    + assert(e:get(P .. "trigger/x/", { prefix = true, count_only = true })).count, 0,
+    "none of them asked for a run")
   -- raw bytes the client sends unencoded are quoted percent-encoded
   local out = raw(p1, "GET /\255\254 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
   T.like(out, '"error":"ENOENT: no such route: GET /%%FF%%FE %(docs/api%.md lists them%)"',
