@@ -85,10 +85,11 @@ local function bad_byte(s)
   return i and byte(s, i)
 end
 
--- s with every byte that is not printable ASCII (or is a space or %)
--- percent-encoded: raw request text made safe to quote in a message.
+-- s with every byte that is not printable ASCII (or is a space)
+-- percent-encoded, as a client would have sent it: raw request text made
+-- safe to quote in a message (a % stays as sent).
 local function printable(s)
-  return (s:gsub("[^\33-\36\38-\126]", function(c) return format("%%%02X", byte(c)) end))
+  return (s:gsub("[^\33-\126]", function(c) return format("%%%02X", byte(c)) end))
 end
 
 -- Percent-decodes one part of a path or query (what, for the message);
