@@ -15,12 +15,20 @@
  * it parses or percent-decodes anything: that is where a request (req_t)
  * is made and the path split from the query; the unescape callback is a
  * no-op so MHD's own copy stays raw too. on_access is then called for the
- * headers, for each piece of body, and once more at the end of the body:
- * there the request is handed to on_request and, unless it was answered
- * at once, its connection suspended. bt_httpd_respond builds the MHD
+ * headers, for each piece of body, and once more at the end of the body.
+ * At the headers the request is shown to on_check, which may answer it at
+ * once (MHD then reads none of the body), and its announced body is
+ * counted against the bodies of all requests (max_body_total); at the end
+ * of the body the request is handed to on_request and, unless it was
+ * answered at once, its connection suspended. bt_httpd_respond builds the MHD
  * response, resumes the connection and kicks; MHD calls on_access again,
  * which queues the response. MHD calls on_completed when it is done with
  * the request (sent, failed, timed out, or the daemon stopped).
+ *
+ * Body memory. A request's body is held from its first byte until the
+ * request is freed. Its size is reserved in srv->body_total: all of the
+ * announced Content-Length at the headers (refused with 503 when it does
+ * not fit), or, for a chunked body, each time its buffer grows.
  *
  * Ownership. A request has two owners: MHD (from on_uri to on_completed;
  * conn is non-NULL meanwhile) and the caller (from on_request to
@@ -64,7 +72,8 @@
 enum {
   ST_NEW,       /* headers parsed, on_access not called yet */
   ST_BODY,      /* taking the body */
-  ST_TOOBIG,    /* body over max_body: dropping the rest, then 413 */
+  ST_DROP,      /* body refused (over max_body, or no room left among all
+                   bodies): dropping the rest, then 413 or 503 */
   ST_USER,      /* handed to on_request; answer pending or ready */
   ST_DONE       /* a response is queued */
 };
@@ -76,14 +85,18 @@ struct bt_httpd_req_s {
   int state;
   unsigned user : 1;            /* on_request has it; no answer yet */
   unsigned dispatched : 1;      /* counted in srv->ndispatched */
-  unsigned in_request : 1;      /* on_request is running */
+  unsigned in_request : 1;      /* on_check or on_request is running */
   unsigned suspended : 1;
   unsigned failed : 1;          /* no response could be made: hang up */
+  unsigned drop_busy : 1;       /* ST_DROP for want of room: 503, not 413 */
   struct MHD_Response *resp;    /* the answer, until queued */
   unsigned status;
   char *method;
+  char version[16];
   char *body;
   size_t body_len, body_cap, discarded;
+  size_t declared;              /* Content-Length, or SIZE_MAX (none) */
+  size_t reserved;              /* counted in srv->body_total */
   size_t path_len;              /* target[path_len] is the NUL put at '?' */
   const char *query;
   char remote[64];
@@ -103,7 +116,11 @@ struct bt_httpd_s {
   int ndispatched;              /* handed to on_request, not completed */
   bt_httpd_req_t *reqs;
   size_t max_body;
+  size_t max_body_total;
+  size_t body_total;            /* reserved by the requests' bodies */
+  char **headers;               /* added to every answer (NULL-ended pairs) */
   unsigned timeout_secs;
+  bt_httpd_check_cb on_check;
   bt_httpd_request_cb on_request;
   bt_httpd_log_cb on_log;
   void *arg;
@@ -118,7 +135,14 @@ static void stop(bt_httpd_t *s);
 
 /* ---- small helpers ------------------------------------------------------ */
 
+/* Gives back what r's body reserved in its server's body_total. */
+static void release_body(bt_httpd_req_t *r) {
+  if (r->srv) r->srv->body_total -= r->reserved;
+  r->reserved = 0;
+}
+
 static void req_free(bt_httpd_req_t *r) {
+  release_body(r);
   if (r->resp) MHD_destroy_response(r->resp);
   free(r->method);
   free(r->body);
@@ -149,12 +173,15 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t len) {
 
 /* A response with body and headers (NULL-terminated name, value pairs),
  * all copied (Content-Length, Transfer-Encoding and empty values left
- * out); NULL with *err set when MHD refuses a header (BT_EINVAL) or
- * memory runs out (BT_ENOMEM). */
-static struct MHD_Response *make_response(const char *const *headers,
+ * out), then the server's own headers that it does not set; NULL with
+ * *err set when MHD refuses a header (BT_EINVAL) or memory runs out
+ * (BT_ENOMEM). */
+static struct MHD_Response *make_response(const bt_httpd_t *s,
+                                          const char *const *headers,
                                           const char *body, size_t len,
                                           int *err) {
   struct MHD_Response *resp;
+  char **h;
   resp = MHD_create_response_from_buffer(len, (void *) (body ? body : ""),
                                          MHD_RESPMEM_MUST_COPY);
   if (!resp) {
@@ -173,23 +200,39 @@ static struct MHD_Response *make_response(const char *const *headers,
       return NULL;
     }
   }
+  /* (MHD compares header names without regard to case) */
+  for (h = s->headers; h && h[0]; h += 2)
+    if (h[1][0] && !MHD_get_response_header(resp, h[0]) &&
+        MHD_add_response_header(resp, h[0], h[1]) != MHD_YES) {
+      MHD_destroy_response(resp);
+      *err = BT_ENOMEM;
+      return NULL;
+    }
   return resp;
 }
 
 /* Queues a JSON error answer of the server's own (413, 500, 503) and
- * closes the connection after it when hangup is set. */
+ * closes the connection after it when hangup is set (after 503 EBUSY the
+ * client is told when to try again). */
 static enum MHD_Result answer_json(bt_httpd_req_t *r, unsigned status,
                                    const char *json, int hangup) {
   static const char *const hdrs[] = {
-    "Content-Type", "application/json", NULL
+    "Content-Type", "application/json", "Cache-Control", "no-store", NULL
   };
   static const char *const hdrs_close[] = {
-    "Content-Type", "application/json", "Connection", "close", NULL
+    "Content-Type", "application/json", "Cache-Control", "no-store",
+    "Connection", "close", NULL
+  };
+  static const char *const hdrs_retry[] = {
+    "Content-Type", "application/json", "Cache-Control", "no-store",
+    "Connection", "close", "Retry-After", "1", NULL
   };
   struct MHD_Response *resp;
   enum MHD_Result ret;
   int err;
-  resp = make_response(hangup ? hdrs_close : hdrs, json, strlen(json), &err);
+  resp = make_response(r->srv,
+                       !hangup ? hdrs : hangup == 2 ? hdrs_retry : hdrs_close,
+                       json, strlen(json), &err);
   if (!resp) return MHD_NO;
   ret = MHD_queue_response(r->conn, status, resp);
   MHD_destroy_response(resp);
@@ -203,6 +246,19 @@ static enum MHD_Result answer_too_large(bt_httpd_req_t *r) {
            "{\"error\":\"request body over %zu bytes\",\"code\":\"ETOOLARGE\"}",
            r->srv->max_body);
   return answer_json(r, MHD_HTTP_CONTENT_TOO_LARGE, json, 1);
+}
+
+static enum MHD_Result answer_busy(bt_httpd_req_t *r) {
+  char json[192];
+  snprintf(json, sizeof(json),
+           "{\"error\":\"request bodies in memory would pass the server's "
+           "limit of %zu bytes: try again later\",\"code\":\"EBUSY\"}",
+           r->srv->max_body_total);
+  return answer_json(r, MHD_HTTP_SERVICE_UNAVAILABLE, json, 2);
+}
+
+static enum MHD_Result answer_dropped(bt_httpd_req_t *r) {
+  return r->drop_busy ? answer_busy(r) : answer_too_large(r);
 }
 
 static enum MHD_Result answer_closing(bt_httpd_req_t *r) {
@@ -263,40 +319,62 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   return r;
 }
 
-/* True when the Content-Length value is over max (or not a number MHD
- * would have let through, which cannot happen: MHD answers 400 itself). */
-static int length_over(const char *v, size_t max) {
+/* The Content-Length value as a number, SIZE_MAX when over it (a value
+ * that is not a number cannot reach us: MHD answers 400 itself). */
+static size_t length_of(const char *v) {
   uint64_t n = 0;
   for (; *v == ' ' || *v == '\t'; v++) {}
   for (; *v >= '0' && *v <= '9'; v++) {
-    if (n > (UINT64_MAX - 9) / 10) return 1;
+    if (n > (UINT64_MAX - 9) / 10) return SIZE_MAX;
     n = n * 10 + (uint64_t) (*v - '0');
   }
-  return n > (uint64_t) max;
+  return n >= (uint64_t) SIZE_MAX ? SIZE_MAX : (size_t) n;
 }
 
-/* One piece of body: kept while under max_body, dropped after. */
+/* Refuses the rest of r's body: drops what it holds and, as it comes, the
+ * rest (up to DISCARD_MAX), then answers 413 or, when busy, 503. */
+static void drop_body(bt_httpd_req_t *r, size_t n, int busy) {
+  r->state = ST_DROP;
+  r->drop_busy = busy ? 1 : 0;
+  free(r->body);
+  r->body = NULL;
+  r->body_len = r->body_cap = 0;
+  release_body(r);
+  r->discarded = n;
+}
+
+/* One piece of body: kept while under max_body and while the bodies of all
+ * requests fit in max_body_total; dropped after. */
 static enum MHD_Result take_body(bt_httpd_req_t *r, const char *data,
                                  size_t *size) {
-  size_t n = *size, max = r->srv->max_body;
+  bt_httpd_t *s = r->srv;
+  size_t n = *size, max = s->max_body;
   *size = 0;
-  if (r->state == ST_TOOBIG) {
+  if (r->state == ST_DROP) {
     r->discarded += n;
     return r->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
   }
   if (n > max - r->body_len) {
-    r->state = ST_TOOBIG;
-    free(r->body);
-    r->body = NULL;
-    r->body_len = r->body_cap = 0;
-    r->discarded = n;
+    drop_body(r, n, 0);
     return MHD_YES;
   }
   if (r->body_len + n > r->body_cap) {
     size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
     char *p;
     if (cap < r->body_len + n) cap = r->body_len + n;
+    /* a body of known length gets that much at once (MHD takes no more) */
+    if (r->declared != SIZE_MAX && r->declared >= r->body_len + n)
+      cap = r->declared;
     if (cap > max) cap = max;
+    if (cap > r->reserved) {
+      /* a chunked body (or one past its length, which MHD prevents) */
+      if (cap - r->reserved > s->max_body_total - s->body_total) {
+        drop_body(r, n, 1);
+        return MHD_YES;
+      }
+      s->body_total += cap - r->reserved;
+      r->reserved = cap;
+    }
     p = realloc(r->body, cap);
     if (!p) return MHD_NO;
     r->body = p;
@@ -319,15 +397,32 @@ static enum MHD_Result queue_answer(bt_httpd_req_t *r) {
   return ret;
 }
 
-/* The whole request is in: hand it to on_request, then queue its answer
- * if it came at once, else suspend the connection until it comes. */
-static enum MHD_Result dispatch(bt_httpd_req_t *r, const char *method) {
+/* The headers are in: keeps the method, version and client address, then
+ * shows the request to on_check. Returns MHD_YES to go on (read the
+ * body), MHD_NO to hang up, or with the check's answer queued. */
+static enum MHD_Result check(bt_httpd_req_t *r, const char *method,
+                             const char *version, int *answered) {
   bt_httpd_t *s = r->srv;
   const union MHD_ConnectionInfo *ci;
+  *answered = 0;
   r->method = strdup(method);
   if (!r->method) return MHD_NO;
+  snprintf(r->version, sizeof(r->version), "%s", version ? version : "");
   ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   format_addr(ci ? ci->client_addr : NULL, r->remote, sizeof(r->remote));
+  if (!s->on_check) return MHD_YES;
+  r->in_request = 1;
+  s->on_check(r, s->arg);
+  r->in_request = 0;
+  if (!r->resp && !r->failed) return MHD_YES;
+  *answered = 1;
+  return queue_answer(r);
+}
+
+/* The whole request is in: hand it to on_request, then queue its answer
+ * if it came at once, else suspend the connection until it comes. */
+static enum MHD_Result dispatch(bt_httpd_req_t *r) {
+  bt_httpd_t *s = r->srv;
   r->state = ST_USER;
   r->user = 1;
   r->dispatched = 1;
@@ -349,24 +444,35 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn,
                                  size_t *upload_data_size, void **con_cls) {
   bt_httpd_t *s = cls;
   bt_httpd_req_t *r = *con_cls;
+  enum MHD_Result ret;
   const char *cl;
+  int answered;
 
   if (!r) return MHD_NO;
   switch (r->state) {
   case ST_NEW:
     r->state = ST_BODY;
+    r->declared = SIZE_MAX;
     if (s->closing) return answer_closing(r);
+    ret = check(r, method, version, &answered);
+    if (answered || ret != MHD_YES) return ret;
     cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-    /* 413 before reading any of the body; MHD then closes. */
-    if (cl && length_over(cl, s->max_body)) return answer_too_large(r);
+    if (!cl) return MHD_YES;
+    /* 413 or 503 before reading any of the body; MHD then closes. */
+    r->declared = length_of(cl);
+    if (r->declared > s->max_body) return answer_too_large(r);
+    if (r->declared > s->max_body_total - s->body_total)
+      return answer_busy(r);
+    r->reserved = r->declared;
+    s->body_total += r->reserved;
     return MHD_YES;
   case ST_BODY:
-  case ST_TOOBIG:
+  case ST_DROP:
     if (*upload_data_size) return take_body(r, upload_data, upload_data_size);
-    if (r->state == ST_TOOBIG) return answer_too_large(r);
+    if (r->state == ST_DROP) return answer_dropped(r);
     if (s->closing) return answer_closing(r);
-    return dispatch(r, method);
+    return dispatch(r);
   case ST_USER:
     if (r->resp || r->failed) return queue_answer(r);
     MHD_suspend_connection(conn);
@@ -398,6 +504,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     s->ndispatched--;
   }
   if (r->user) {
+    release_body(r);
     r->srv = NULL;    /* the caller's respond frees it */
     return;
   }
@@ -406,9 +513,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
 
 /* ---- the loop side ------------------------------------------------------ */
 
+static void srv_free(bt_httpd_t *s) {
+  free(s->headers);
+  free(s);
+}
+
 static void on_handle_closed(uv_handle_t *h) {
   bt_httpd_t *s = h->data;
-  if (--s->nhandles == 0) free(s);
+  if (--s->nhandles == 0) srv_free(s);
 }
 
 static void on_timer(uv_timer_t *t) {
@@ -573,6 +685,32 @@ static int listen_on(struct sockaddr_storage *ss, int any) {
   return fd;
 }
 
+/* A copy of the NULL-ended name, value pairs in one block (NULL for none);
+ * returns BT_ENOMEM, or BT_EINVAL for a name without a value. */
+static int copy_headers(const char *const *h, char ***out) {
+  size_t n = 0, bytes = 0, i;
+  char **v, *p;
+  *out = NULL;
+  if (!h) return 0;
+  for (; h[n]; n += 2) {
+    if (!h[n + 1]) return BT_EINVAL;
+    bytes += strlen(h[n]) + strlen(h[n + 1]) + 2;
+  }
+  if (n == 0) return 0;
+  v = malloc((n + 1) * sizeof(*v) + bytes);
+  if (!v) return BT_ENOMEM;
+  p = (char *) (v + n + 1);
+  for (i = 0; i < n; i++) {
+    size_t len = strlen(h[i]) + 1;
+    memcpy(p, h[i], len);
+    v[i] = p;
+    p += len;
+  }
+  v[n] = NULL;
+  *out = v;
+  return 0;
+}
+
 /* Lets the process open max_conns connections and FD_MARGIN more files:
  * raises the soft limit, within the hard one. Says so when it cannot. */
 static void raise_nofile(bt_httpd_t *s, unsigned max_conns) {
@@ -627,15 +765,26 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
   }
   s->loop = loop;
   s->max_body = o->max_body;
+  s->max_body_total = o->max_body_total;
+  if (!s->max_body_total)
+    s->max_body_total = s->max_body > SIZE_MAX / 16 ? SIZE_MAX
+                                                     : s->max_body * 16;
   s->timeout_secs = o->timeout_secs;
+  s->on_check = o->on_check;
   s->on_request = o->on_request;
   s->on_log = o->on_log;
   s->arg = o->arg;
+  if ((rc = copy_headers(o->headers, &s->headers))) {
+    snprintf(msg, msglen, "%s: %s", o->addr, rc == BT_ENOMEM
+             ? bt_strerror(rc) : "a header name without a value");
+    free(s);
+    return rc;
+  }
 
   fd = listen_on(&ss, any);
   if (fd < 0) {
     snprintf(msg, msglen, "%s: %s", o->addr, uv_strerror(fd));
-    free(s);
+    srv_free(s);
     return fd;
   }
   if (getsockname(fd, (struct sockaddr *) &ss, &len) == 0) {
@@ -682,7 +831,7 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
     snprintf(msg, msglen, "%s: %s%s%s", o->addr,
              o->cert ? "cannot start HTTPS" : "cannot start the server",
              why[0] ? ": " : "", why);
-    free(s);
+    srv_free(s);
     return rc;
   }
   di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
@@ -690,7 +839,7 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
     MHD_stop_daemon(s->d);
     snprintf(msg, msglen, "%s: cannot watch the server's epoll descriptor",
              o->addr);
-    free(s);
+    srv_free(s);
     return BT_EIO;
   }
   uv_timer_init(loop, &s->timer);
@@ -726,6 +875,10 @@ void bt_httpd_close(bt_httpd_t *s) {
 
 const char *bt_httpd_req_method(const bt_httpd_req_t *r) {
   return r->method;
+}
+
+const char *bt_httpd_req_version(const bt_httpd_req_t *r) {
+  return r->version;
 }
 
 const char *bt_httpd_req_path(const bt_httpd_req_t *r, size_t *len) {
@@ -784,10 +937,11 @@ int bt_httpd_respond(bt_httpd_req_t *r, int status,
     return 0;
   }
   if (status < 100 || status > 999) rc = BT_EINVAL;
-  else r->resp = make_response(headers, body, len, &rc);
+  else r->resp = make_response(r->srv, headers, body, len, &rc);
   if (!r->resp && rc == BT_EINVAL) {
     status = 500;
-    r->resp = make_response(json, internal, sizeof(internal) - 1, &rc);
+    r->resp = make_response(r->srv, json, internal, sizeof(internal) - 1,
+                            &rc);
     if (!r->resp) rc = BT_ENOMEM;
     else rc = BT_EINVAL;
   }

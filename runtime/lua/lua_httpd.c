@@ -11,12 +11,23 @@
  *   -- srv.port, srv.addr, srv:close()
  *
  * The request is a userdata (baton.httpd.request): method, path (raw, not
- * percent-decoded, without the query), query (raw, "" when none), headers
- * (names lower-cased, repeated ones joined with ", "), body, remote, and
- * respond(status, headers, body), which may be called once. A handler that
- * raises gets 500 {"error":"internal error","code":"EINTERNAL"} and the
- * error logged; one that ends without respond gets 500 {"error":"no
- * answer",...}.
+ * percent-decoded, without the query), query (raw, "" when none), version
+ * ("HTTP/1.1"), headers (names lower-cased, repeated ones joined with
+ * ", "), body, remote, and respond(status, headers, body), which may be
+ * called once. A handler that raises gets 500 {"error":"internal
+ * error","code":"EINTERNAL"} and the error logged; one that ends without
+ * respond gets 500 {"error":"no answer",...}.
+ *
+ * Options besides addr and handler: cert, key (PEM text), max_body,
+ * max_body_total (bytes of bodies held at once by all requests; a request
+ * past it gets 503 EBUSY), timeout (idle seconds), max_connections,
+ * headers (a table added to every answer that does not set the name, the
+ * server's own 413 and 503 included), and check: a function called with
+ * the request as soon as its headers are in, before its body is read (the
+ * request has no body then). It may answer with req:respond (the body is
+ * then never read) or return to let the request go on to the handler; it
+ * runs in no coroutine, so it must not wait (a check that raises or waits
+ * answers 500).
  *
  * Lifetimes. The server box (Lua memory) anchors itself and the handler in
  * the registry while open, so a server keeps serving when the caller drops
@@ -58,6 +69,7 @@ typedef struct {
   lua_State *L;           /* the runtime's main state */
   int self_ref;           /* anchors this box while open */
   int handler_ref;
+  int check_ref;          /* LUA_NOREF when there is no check */
 } lsrv_t;
 
 typedef struct {
@@ -152,25 +164,21 @@ static void add_header(const char *name, size_t nlen, const char *value,
   lua_rawset(L, -3);
 }
 
-/* Under lua_cpcall: builds the request box and starts the handler's
- * coroutine. An error here (out of memory) is caught by on_request. */
-static int spawn_handler(lua_State *L) {
-  spawn_ctx_t *c = lua_touserdata(L, 1);
-  bt_httpd_req_t *r = c->r;
+/* Pushes a new request box for r (its fields; the body too when
+ * with_body), not yet holding r. */
+static lreq_t *push_box(lua_State *L, lsrv_t *b, bt_httpd_req_t *r,
+                        int with_body) {
   lreq_t *u;
   const char *s;
   size_t len;
-
-  lua_settop(L, 0);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, c->b->handler_ref);
   u = lua_newuserdata(L, sizeof(*u));
   u->r = NULL;
-  u->L = c->b->L;
+  u->L = b->L;
   u->self_ref = LUA_NOREF;
   luaL_getmetatable(L, REQ_MT);
   lua_setmetatable(L, -2);
-  /* stack: handler box */
-  lua_createtable(L, 0, 6);
+  /* stack: box */
+  lua_createtable(L, 0, 7);
   lua_pushstring(L, bt_httpd_req_method(r));
   lua_setfield(L, -2, "method");
   s = bt_httpd_req_path(r, &len);
@@ -179,15 +187,33 @@ static int spawn_handler(lua_State *L) {
   s = bt_httpd_req_query(r, &len);
   lua_pushlstring(L, s, len);
   lua_setfield(L, -2, "query");
-  s = bt_httpd_req_body(r, &len);
-  lua_pushlstring(L, s, len);
-  lua_setfield(L, -2, "body");
+  lua_pushstring(L, bt_httpd_req_version(r));
+  lua_setfield(L, -2, "version");
+  if (with_body) {
+    s = bt_httpd_req_body(r, &len);
+    lua_pushlstring(L, s, len);
+    lua_setfield(L, -2, "body");
+  }
   lua_pushstring(L, bt_httpd_req_remote(r));
   lua_setfield(L, -2, "remote");
   lua_newtable(L);
   bt_httpd_req_headers(r, add_header, L);
   lua_setfield(L, -2, "headers");
   lua_setfenv(L, -2);
+  return u;
+}
+
+/* Under lua_cpcall: builds the request box and starts the handler's
+ * coroutine. An error here (out of memory) is caught by on_request. */
+static int spawn_handler(lua_State *L) {
+  spawn_ctx_t *c = lua_touserdata(L, 1);
+  bt_httpd_req_t *r = c->r;
+  lreq_t *u;
+
+  lua_settop(L, 0);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->b->handler_ref);
+  u = push_box(L, c->b, r, 1);
+  /* stack: handler box */
   lua_pushvalue(L, -1);
   u->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   c->u = u;
@@ -214,6 +240,47 @@ static void on_request(bt_httpd_req_t *r, void *arg) {
   answer_500(r, ERR_INTERNAL);
 }
 
+typedef struct {
+  lsrv_t *b;
+  bt_httpd_req_t *r;
+  lreq_t *u;
+} check_ctx_t;
+
+/* Under lua_cpcall: calls the check with a box for the request (which
+ * holds it during the call only). */
+static int call_check(lua_State *L) {
+  check_ctx_t *c = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->b->check_ref);
+  c->u = push_box(L, c->b, c->r, 0);
+  c->u->r = c->r;
+  /* stack: check box */
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* A request's headers arrived (bt_httpd_check_cb): the check may answer
+ * it. A check that raises (or tries to wait) is logged and answered 500. */
+static void on_check(bt_httpd_req_t *r, void *arg) {
+  lsrv_t *b = arg;
+  check_ctx_t c = {b, r, NULL};
+  int rc = lua_cpcall(b->L, call_check, &c);
+  int answered = c.u && !c.u->r;
+  if (c.u) c.u->r = NULL;   /* the box is done with r, answered or not */
+  if (rc) {
+    const char *err = lua_tostring(b->L, -1);
+    bt_log_field_t f[3] = {
+      {"method", 6, bt_httpd_req_method(r), strlen(bt_httpd_req_method(r)), 0},
+      {"path", 4, NULL, 0, 0},
+      {"error", 5, err ? err : "?", err ? strlen(err) : 1, 0},
+    };
+    f[1].val = bt_httpd_req_path(r, &f[1].val_len);
+    bt_log_write(BT_LOG_ERROR, "http check failed", 17, f, 3);
+    lua_pop(b->L, 1);
+    if (!answered) answer_500(r, ERR_INTERNAL);
+  }
+}
+
 /* ---- the request object ------------------------------------------------- */
 
 /* req:respond(status [, headers [, body]]) -> true. Raises when the
@@ -229,7 +296,8 @@ static int req_respond(lua_State *L) {
   int rc;
 
   if (!u->r) return luaL_error(L, "req:respond: the request was answered "
-                               "already");
+                               "already (or its check ended: the handler "
+                               "answers it)");
   lua_settop(L, 4);
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "req:respond: status must be a number (got %s)",
@@ -315,6 +383,8 @@ static void srv_shut(lsrv_t *b) {
   srv_stop(b);
   luaL_unref(b->L, LUA_REGISTRYINDEX, b->handler_ref);
   b->handler_ref = LUA_NOREF;
+  luaL_unref(b->L, LUA_REGISTRYINDEX, b->check_ref);
+  b->check_ref = LUA_NOREF;
   luaL_unref(b->L, LUA_REGISTRYINDEX, b->self_ref);
   b->self_ref = LUA_NOREF;
 }
@@ -381,12 +451,13 @@ static const char *opt_string(lua_State *L, const char *k) {
   return lua_tostring(L, -1);
 }
 
-/* baton.httpd.listen{addr=, handler=, cert=, key=, max_body=, timeout=,
- * max_connections=} -> server | nil, err, code */
+/* baton.httpd.listen{addr=, handler=, check=, cert=, key=, max_body=,
+ * max_body_total=, timeout=, max_connections=, headers=} -> server | nil,
+ * err, code */
 static int l_listen(lua_State *L) {
   static const char *const keys[] = {
-    "addr", "handler", "cert", "key", "max_body", "timeout",
-    "max_connections", NULL
+    "addr", "handler", "check", "cert", "key", "max_body", "max_body_total",
+    "timeout", "max_connections", "headers", NULL
   };
   bt_httpd_opts_t o;
   char msg[600];
@@ -409,8 +480,9 @@ static int l_listen(lua_State *L) {
     for (i = 0; keys[i] && strcmp(keys[i], k); i++) {}
     if (!keys[i])
       return luaL_error(L, "baton.httpd.listen: unknown option '%s' "
-                        "(expected addr, handler, cert, key, max_body, "
-                        "timeout or max_connections)", k);
+                        "(expected addr, handler, check, cert, key, "
+                        "max_body, max_body_total, timeout, "
+                        "max_connections or headers)", k);
   }
   memset(&o, 0, sizeof(o));
   o.addr = opt_string(L, "addr");                              /* 2 */
@@ -431,40 +503,63 @@ static int l_listen(lua_State *L) {
   if (o.timeout_secs < timeout) o.timeout_secs++;   /* 0.5 s -> 1 s */
   o.max_connections = (unsigned) opt_number(L, "max_connections",
                                             DEFAULT_MAX_CONNS, 1, 1000000);
+  o.max_body_total = (size_t) opt_number(L, "max_body_total", 0, 0,
+                                         1099511627776.0);
+  if (o.max_body_total && o.max_body_total < o.max_body)
+    return luaL_error(L, "baton.httpd.listen: max_body_total must not be "
+                      "under max_body");
+  lua_getfield(L, 1, "check");                                 /* 6 */
+  if (!lua_isnil(L, 6) && lua_type(L, 6) != LUA_TFUNCTION)
+    return luaL_error(L, "baton.httpd.listen: check must be a function "
+                      "(got %s)", luaL_typename(L, 6));
+  lua_getfield(L, 1, "headers");                               /* 7 */
+  if (!lua_isnil(L, 7)) {
+    if (lua_type(L, 7) != LUA_TTABLE)
+      return luaL_error(L, "baton.httpd.listen: headers must be a table "
+                        "(got %s)", luaL_typename(L, 7));
+    o.headers = bt__lua_header_pairs(L, 7, "baton.httpd.listen"); /* 8 9 */
+  }
+  lua_settop(L, 9);
 
   /* Lua objects first: the box, its fields table and its anchors. */
-  b = lua_newuserdata(L, sizeof(*b));                          /* 6 */
+  b = lua_newuserdata(L, sizeof(*b));                          /* 10 */
   memset(b, 0, sizeof(*b));
   b->closer.close = srv_closer;
   b->rt = bt_rt_from(L);
   b->L = bt_rt_L(b->rt);
-  b->self_ref = b->handler_ref = LUA_NOREF;
+  b->self_ref = b->handler_ref = b->check_ref = LUA_NOREF;
   luaL_getmetatable(L, SRV_MT);
-  lua_setmetatable(L, 6);
+  lua_setmetatable(L, 10);
   lua_createtable(L, 0, 2);
-  lua_setfenv(L, 6);
+  lua_setfenv(L, 10);
   lua_pushvalue(L, 3);
   b->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_pushvalue(L, 6);
+  if (!lua_isnil(L, 6)) {
+    lua_pushvalue(L, 6);
+    b->check_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_pushvalue(L, 10);
   b->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 
+  o.on_check = b->check_ref == LUA_NOREF ? NULL : on_check;
   o.on_request = on_request;
   o.on_log = on_log;
   o.arg = b;
   rc = bt_httpd_listen(bt_lua_loop(L), &o, &b->h, msg, sizeof(msg));
   if (rc) {
     luaL_unref(L, LUA_REGISTRYINDEX, b->handler_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, b->check_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, b->self_ref);
-    b->handler_ref = b->self_ref = LUA_NOREF;
+    b->handler_ref = b->check_ref = b->self_ref = LUA_NOREF;
     return bt_push_fail(L, rc, msg);
   }
   bt_rt_add_closer(b->rt, &b->closer);
-  lua_getfenv(L, 6);
+  lua_getfenv(L, 10);
   lua_pushinteger(L, bt_httpd_port(b->h));
   lua_setfield(L, -2, "port");
   lua_pushstring(L, bt_httpd_addr(b->h));
   lua_setfield(L, -2, "addr");
-  lua_settop(L, 6);
+  lua_settop(L, 10);
   return 1;
 }
 

@@ -97,6 +97,22 @@ async function getJSON(url, opts) {
 // --------------------------------------------------------------- browser
 
 const pageErrors = [];
+// What the browser says about the node's Content-Security-Policy: its
+// console lines ("Refused to ...") and, from inside each page, the
+// securitypolicyviolation events (window.__csp).
+const cspMessages = [];
+const CSP_LINE = /Content Security Policy|Refused to/;
+async function watchCsp(page, label) {
+  page.on('console', (m) => { if (CSP_LINE.test(m.text())) cspMessages.push(`${label}: ${m.text()}`); });
+  await page.evaluateOnNewDocument(() => {
+    window.__csp = [];
+    document.addEventListener('securitypolicyviolation', (e) => {
+      window.__csp.push(`${e.violatedDirective} blocked ${e.blockedURI || '(inline)'} at ${e.sourceFile}:${e.lineNumber}`);
+    });
+  });
+}
+const cspEvents = (page) => page.evaluate(() => window.__csp || ['(no listener: the page was not watched)']);
+
 function watch(page, label, consoleErrors) {
   page.on('pageerror', (e) => pageErrors.push(`${label}: ${e.message}`));
   page.on('console', (m) => {
@@ -140,10 +156,18 @@ async function main() {
 async function run(browser) {
   const a = await browser.newPage();
   watch(a, 'page on A', true);
+  await watchCsp(a, 'page on A');
   await a.setViewport({ width: 1280, height: 900 });
 
   // ---- overview, no token
-  await a.goto(URL_A, { waitUntil: 'load' });
+  const first = await a.goto(URL_A, { waitUntil: 'load' });
+  await check('the page comes with a CSP that allows this node only, and refuses to be framed', async () => {
+    const h = first.headers();
+    const csp = h['content-security-policy'] || '';
+    return (/(^|; )script-src 'self'(;|$)/.test(csp) && /(^|; )style-src 'self'(;|$)/.test(csp) && !/unsafe/.test(csp) &&
+      /frame-ancestors 'none'/.test(csp) && h['x-frame-options'] === 'DENY' && h['x-content-type-options'] === 'nosniff' &&
+      h['referrer-policy'] === 'no-referrer') || `headers: ${JSON.stringify(h)}`;
+  });
   await check(`both nodes appear (${NODE_A}, ${NODE_B})`, async () => {
     await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_A)}]`, { timeout: 10000 });
     await a.waitForSelector(`#nodes-body tr.node[data-node=${css(NODE_B)}]`, { timeout: 10000 });
@@ -317,6 +341,7 @@ async function run(browser) {
   // ---- the read-only node: a token does not make it writable
   const b = await browser.newPage();
   watch(b, 'page on B', false);
+  await watchCsp(b, 'page on B');
   await b.setViewport({ width: 1280, height: 900 });
   await b.goto(`${URL_B}#token=${encodeURIComponent(TOKEN)}`, { waitUntil: 'load' });
   await check(`${NODE_B} (no --http-token-file) shows read-only and no action, even with a token`, async () => {
@@ -408,6 +433,26 @@ async function run(browser) {
   await shot(a, 'dashboard-after-kill.png');
 
   ok(pageErrors.length === 0, 'no script error on either page', pageErrors.slice(0, 5).join('; '));
+  const violations = [...cspMessages, ...(await cspEvents(a)).map((v) => `page on A: ${v}`),
+    ...(await cspEvents(b)).map((v) => `page on B: ${v}`)];
+  ok(violations.length === 0, 'the dashboard ran its whole course with no CSP violation on either page',
+    violations.slice(0, 5).join('; '));
+
+  // ---- the CSP is in force (and the check above would see a violation)
+  const c = await browser.newPage();
+  await watchCsp(c, 'probe page');
+  await c.goto(`${URL_A}#/`, { waitUntil: 'load' });
+  await check('an inline script put into the page is refused by the CSP, and the refusal is seen', async () => {
+    await c.evaluate(() => {
+      const s = document.createElement('script');
+      s.textContent = 'window.__inline = "ran"';
+      document.head.append(s);
+    });
+    await c.waitForFunction(() => window.__csp.length > 0, { timeout: 5000 });
+    const st = await c.evaluate(() => ({ inline: window.__inline, csp: window.__csp }));
+    return (st.inline === undefined && /script-src/.test(st.csp[0])) || JSON.stringify(st);
+  });
+  await c.close();
   diag(`overview screenshot: ${overview}`);
 }
 

@@ -198,6 +198,120 @@ do
   T.is(r and r.status, 201, "the server goes on")
 end
 
+-- the check: what the headers decide is answered before any of the body
+-- is read; the server's headers on every answer, its own 413 and 503
+-- included; the bodies of all requests together bounded (503 EBUSY)
+do
+  local checked, handled = {}, 0
+  local s = assert(baton.httpd.listen{addr = "127.0.0.1:0", max_body = 1000, max_body_total = 2500,
+    headers = {["x-frame-options"] = "DENY", ["x-test"] = "server", ["x-none"] = ""},
+    check = function(req)
+      checked[#checked + 1] = {path = req.path, body = req.body, version = req.version,
+                               host = req.headers.host, method = req.method, query = req.query}
+      local p = req.path
+      if p == "/deny" then
+        req:respond(401, {["content-type"] = "text/plain"}, "refused by the check")
+      elseif p == "/raise" then
+        error("boom in the check")
+      elseif p == "/wait" then
+        baton.sleep(0.01)
+      elseif p == "/answer-raise" then
+        req:respond(403, nil, "answered")
+        error("after answering")
+      end
+    end,
+    handler = function(req)
+      handled = handled + 1
+      if req.path == "/hold" then baton.sleep(tonumber(req.query) or 1) end
+      req:respond(200, {["x-test"] = "handler"}, req.method .. " " .. #req.body .. " " .. req.version)
+    end})
+  local sbase = "http://127.0.0.1:" .. s.port
+  local r = baton.http{url = sbase .. "/ok?q=1"}
+  T.is(r and r.body, "GET 0 HTTP/1.1", "a request the check lets through reaches the handler, with its version")
+  local c = checked[#checked] or {}
+  T.ok(c.path == "/ok" and c.query == "q=1" and c.method == "GET" and c.version == "HTTP/1.1"
+    and (c.host or ""):match("^127%.0%.0%.1:%d+$") ~= nil, "the check saw method, path, query, version, headers")
+  T.is(c.body, nil, "the check sees no body")
+  T.is(r and r.headers["x-frame-options"], "DENY", "the server's headers are added to the handler's answer")
+  T.is(r and r.headers["x-test"], "handler", "unless the answer sets that header itself")
+  T.is(r and r.headers["x-none"], nil, "a server header with an empty value is left out")
+
+  local before = handled
+  r = baton.http{method = "POST", url = sbase .. "/deny", body = ("d"):rep(900)}
+  T.is(r and r.status, 401, "the check's answer")
+  T.is(r and r.body, "refused by the check", "with its body")
+  T.is(r and r.headers["x-frame-options"], "DENY", "and the server's headers")
+  r = baton.http{method = "POST", url = sbase .. "/deny", body = ("d"):rep(5000)}
+  T.is(r and r.status, 401, "a body over max_body is refused by the check first (401, not 413)")
+  T.is(handled, before, "the handler was not called")
+  -- a client that announces a body and sends none gets the answer at once
+  local t0 = baton.monotime()
+  local x = sh("exec 3<>/dev/tcp/127.0.0.1/" .. s.port .. "; printf 'PUT /deny HTTP/1.1\\r\\nHost: x\\r\\n" ..
+               "Content-Length: 900\\r\\n\\r\\n' >&3; timeout 8 cat <&3; echo \" rc=$?\"", 15)
+  T.like(x.stdout, "^HTTP/1%.1 401 ", "the check answers right after the headers, none of the body sent")
+  T.like(x.stdout, "rc=0\n$", "and closes the connection (the body is never read)")
+  T.ok(baton.monotime() - t0 < 5, ("at once (%.2f s), not at the idle timeout"):format(baton.monotime() - t0))
+
+  r = baton.http{url = sbase .. "/raise"}
+  T.is(r and r.status, 500, "a check that raises: 500")
+  T.is(r and r.body, '{"error":"internal error","code":"EINTERNAL"}', "its body")
+  r = baton.http{url = sbase .. "/wait"}
+  T.is(r and r.status, 500, "a check that tries to wait: 500")
+  r = baton.http{url = sbase .. "/answer-raise"}
+  T.is(r and r.status, 403, "a check that answered and then raised: its answer stands")
+  T.is(handled, before, "none of them reached the handler")
+
+  r = baton.http{method = "POST", url = sbase .. "/big", body = ("x"):rep(1001)}
+  T.is(r and r.status, 413, "the server's own 413")
+  T.is(r and r.headers["x-frame-options"], "DENY", "carries the server's headers")
+  T.is(r and r.headers["x-test"], "server", "all of them")
+
+  -- 2 bodies of 1000 bytes held (their handlers wait): 500 bytes are left
+  local held = {}
+  for i = 1, 2 do
+    baton.go(function()
+      local q = baton.http{method = "POST", url = sbase .. "/hold?1.5", body = ("h"):rep(1000), timeout = 20}
+      held[i] = q and q.status or "failed"
+    end)
+  end
+  local t1 = baton.monotime()
+  while handled < before + 2 and baton.monotime() - t1 < 5 do baton.sleep(0.02) end
+  T.is(handled, before + 2, "two requests hold 2000 of the 2500 bytes")
+  r = baton.http{method = "POST", url = sbase .. "/third", body = ("t"):rep(600)}
+  T.is(r and r.status, 503, "a third body that does not fit: 503")
+  T.is(r and r.body, '{"error":"request bodies in memory would pass the server\'s limit of 2500 bytes: ' ..
+    'try again later","code":"EBUSY"}', "EBUSY, saying why")
+  T.is(r and r.headers["retry-after"], "1", "with Retry-After")
+  T.is(r and r.headers["x-frame-options"], "DENY", "and the server's headers")
+  r = baton.http{method = "POST", url = sbase .. "/small", body = ("s"):rep(400)}
+  T.is(r and r.status, 200, "a body that fits is taken meanwhile")
+  if have("curl") then
+    write(tmp .. "/chunk.bin", ("c"):rep(600))
+    x = sh("curl -s -w ' %{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @" .. tmp ..
+           "/chunk.bin " .. sbase .. "/chunked")
+    T.like(x.stdout, "EBUSY.* 503$", "a chunked body that grows past the room left: 503")
+  else
+    T.skip("curl is not installed")
+  end
+  while (not held[1] or not held[2]) and baton.monotime() - t1 < 10 do baton.sleep(0.05) end
+  T.is_deeply(held, {200, 200}, "the held requests were answered")
+  r = baton.http{method = "POST", url = sbase .. "/after", body = ("a"):rep(1000)}
+  T.is(r and r.status, 200, "their room is given back once they are answered")
+  s:close()
+
+  local L = baton.httpd.listen
+  T.error_like(function() L{addr = ":0", handler = handler, check = 1} end,
+    "check must be a function", "check type")
+  T.error_like(function() L{addr = ":0", handler = handler, headers = "x"} end,
+    "headers must be a table", "headers type")
+  T.error_like(function() L{addr = ":0", handler = handler, headers = {["a b"] = "x"}} end,
+    "invalid header name 'a b'", "a bad header name")
+  T.error_like(function() L{addr = ":0", handler = handler, headers = {x = "a\nb"}} end,
+    "contains a line break", "a header value with a line break")
+  T.error_like(function() L{addr = ":0", handler = handler, max_body = 100, max_body_total = 10} end,
+    "max_body_total must not be under max_body", "max_body_total under max_body")
+end
+
 -- the error of a raising handler is logged (in a child, to read its stderr)
 do
   local script = tmp .. "/raise.lua"

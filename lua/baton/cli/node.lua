@@ -1,5 +1,6 @@
 -- baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--max-skew S]
---            [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]
+--            [--http ADDR [--http-token-file F] [--http-cert F --http-key F]
+--             [--http-allow-host NAME ...]]
 --            [--run-memory SIZE]
 -- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
 -- --http: the node's HTTP face (node/http.lua, docs/api.md).
@@ -11,7 +12,8 @@ local baton = require "baton"
 local A = require "baton.cli.args"
 
 local USAGE = "baton node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N] [--max-skew S]\n"
-  .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
+  .. "                  [--http ADDR [--http-token-file F] [--http-cert F --http-key F]\n"
+  .. "                   [--http-allow-host NAME ...]]\n"
   .. "                  [--trust PUBKEY|DIR ...] [--secrets-dir DIR] [--run-as USER] [--run-memory SIZE]"
 local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its runs in order).
   --name ID       unique among live nodes (default: the host name)
@@ -34,6 +36,13 @@ local HELP = [[Runs a scheduler node until SIGINT or SIGTERM (which stop its run
                   without it the API is read-only
   --http-cert F --http-key F
                   serve HTTPS with this certificate and key (PEM files)
+  --http-allow-host NAME
+                  also answer requests whose Host header names NAME (a DNS
+                  name the node is reached by: a proxy's, a Service's);
+                  may be given again. Without it the node answers only to
+                  localhost, 127.0.0.1, [::1], its listen address, and any
+                  IP address when it listens on all interfaces: another
+                  name gets 421 (no DNS rebinding; docs/security.md)
   --trust PUBKEY|DIR
                   load only jobs and policies signed (job put --sign) by one
                   of these public keys: a FILE.pub of baton keygen, or a
@@ -83,7 +92,8 @@ return function(...)
   baton.signal({ "SIGINT", "SIGTERM", "SIGHUP" }, 0)
   local opts, pos = A.parse("node", USAGE, { name = "string", ttl = "count",
     workers = "count", labels = "string", history = "count", ["max-skew"] = "number", http = "string",
-    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string", trust = "list",
+    ["http-token-file"] = "string", ["http-cert"] = "string", ["http-key"] = "string",
+    ["http-allow-host"] = "list", trust = "list",
     ["secrets-dir"] = "string", ["run-as"] = "string", ["run-memory"] = "string" }, { ... }, HELP)
   if pos[1] then return A.usage("node", USAGE, "unexpected argument \"" .. pos[1] .. "\"") end
   local http
@@ -94,7 +104,7 @@ return function(...)
         or "--http-key needs --http-cert")
     end
     http = { addr = opts.http, token_file = opts["http-token-file"], cert_file = opts["http-cert"],
-             key_file = opts["http-key"] }
+             key_file = opts["http-key"], allow_hosts = opts["http-allow-host"] }
     -- Its workers redact the token from what runs print, log and fail
     -- with (node/output.lua): they read it from the file, whose path they
     -- inherit in BATON_HTTP_TOKEN_FILE. The path, not the token: a job
@@ -103,7 +113,7 @@ return function(...)
     -- inherit the environment too, are not handed the token itself.
     if opts["http-token-file"] then baton._setenv("BATON_HTTP_TOKEN_FILE", opts["http-token-file"]) end
   else
-    for _, f in ipairs { "http-token-file", "http-cert", "http-key" } do
+    for _, f in ipairs { "http-token-file", "http-cert", "http-key", "http-allow-host" } do
       if opts[f] then return A.usage("node", USAGE, "--" .. f .. " goes with --http ADDR") end
     end
   end

@@ -12,6 +12,13 @@
 -- TOKEN`, TOKEN being the first line of --http-token-file; without a token
 -- file the API is read-only. Requests are counted per route and status in
 -- the node's metrics (baton_http_requests_total).
+--
+-- What the headers decide is decided before any of the body is read (the
+-- server's check, admit below): the Host (against the listen address and
+-- --http-allow-host: no DNS rebinding), the route and method, the token,
+-- the query. Bodies are bounded per request (M.MAX_BODY) and all together
+-- (M.MAX_BODY_TOTAL), and every answer carries M.HEADERS (CSP, no
+-- framing, no sniffing, no referrer).
 local baton = require "baton"
 local ops = require "baton.ops"
 local runs = require "baton.node.runs"
@@ -26,11 +33,26 @@ local bxor, bor = bit.bxor, bit.bor
 local M = {}
 
 M.MAX_BODY = 2 * 1024 * 1024 -- bytes; a job source over etcd's limit gets a 413 that says so
+M.MAX_BODY_TOTAL = 8 * M.MAX_BODY -- bytes of bodies held at once, all requests together (then 503)
+M.MAX_CONNECTIONS = 512 -- connections at once (each may hold MHD's 32 KiB of headers)
 M.MAX_LIMIT = 1000 -- ?limit= at most
 M.ETCD_FRESH = 5 -- seconds: /readyz trusts an etcd answer this recent
 M.PROBE_WAIT = 2 -- seconds /readyz waits for its own etcd probe
 
 local JSON = "application/json"
+
+-- On every answer (the server's own 413 and 503 too): the dashboard's
+-- files come from this node only, nothing runs inline, no page may frame
+-- it, types are not sniffed, no referrer leaves it, and no other origin
+-- may embed its answers.
+M.HEADERS = {
+  ["content-security-policy"] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    .. "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  ["x-frame-options"] = "DENY",
+  ["x-content-type-options"] = "nosniff",
+  ["referrer-policy"] = "no-referrer",
+  ["cross-origin-resource-policy"] = "same-origin",
+}
 local CONTENT_TYPES = {
   html = "text/html; charset=utf-8", js = "text/javascript; charset=utf-8", css = "text/css; charset=utf-8",
 }
@@ -56,6 +78,34 @@ local function unescape(s, plus)
 end
 M.unescape = unescape
 
+-- Names, run ids and query values are printable ASCII: the first byte of
+-- s that is not (a control character, NUL, or past 0x7E), or nil.
+local function bad_byte(s)
+  local i = s:find("[%z\1-\31\127-\255]")
+  return i and byte(s, i)
+end
+
+-- s with every byte that is not printable ASCII (or is a space)
+-- percent-encoded, as a client would have sent it: raw request text made
+-- safe to quote in a message (a % stays as sent).
+local function printable(s)
+  return (s:gsub("[^\33-\126]", function(c) return format("%%%02X", byte(c)) end))
+end
+
+-- Percent-decodes one part of a path or query (what, for the message);
+-- nil, err when it is badly encoded or decodes to a byte that cannot be in
+-- a name, a run id or a query value.
+local function decode(s, what, plus)
+  local v = unescape(s, plus)
+  if not v then return nil, "bad percent-encoding in the " .. what end
+  local b = bad_byte(v)
+  if b then
+    return nil, format("the %s holds the byte 0x%02X once percent-decoded (names, run ids and query values are "
+      .. "printable ASCII)", what, b)
+  end
+  return v
+end
+
 -- The query string as {name = value}; nil, err when malformed.
 local function parse_query(q)
   local t = {}
@@ -63,8 +113,10 @@ local function parse_query(q)
   for part in (q .. "&"):gmatch("([^&]*)&") do
     if part ~= "" then
       local k, v = part:match("^([^=]*)=(.*)$")
-      k, v = unescape(k or part, true), unescape(v or "", true)
-      if not k or not v then return nil, "EINVAL: bad percent-encoding in the query string" end
+      local kerr, verr
+      k, kerr = decode(k or part, "query string", true)
+      v, verr = decode(v or "", "query string", true)
+      if not k or not v then return nil, "EINVAL: " .. (kerr or verr) end
       if t[k] ~= nil then return nil, format("EINVAL: query parameter %q given twice", k) end
       t[k] = v
     end
@@ -147,10 +199,13 @@ local function flag_of(query, name)
 end
 
 -- ?revision=N for a put: store only at that mod revision (0: only if new).
+-- (15 digits at most: a revision is an integer a double holds exactly)
 local function revision_of(query)
   local v = query.revision
   if v == nil then return nil end
-  if not v:match("^%d+$") then return false, format("revision must be a whole number >= 0, not %q", v) end
+  if not v:match("^%d+$") or #v > 15 then
+    return false, format("revision must be a whole number from 0 to 999999999999999, not %q", v)
+  end
   return tonumber(v)
 end
 
@@ -231,7 +286,13 @@ local function json_body(req, fields)
   if not ok or v == nil then
     return nil, "EINVAL: the body is not JSON: " .. tostring(ok and err or v):gsub("^EINVAL: ", "")
   end
-  if type(v) ~= "table" or (v[1] ~= nil) then return nil, "EINVAL: the body must be a JSON object" end
+  if type(v) ~= "table" or (v[1] ~= nil) or v == json.null then
+    return nil, "EINVAL: the body must be a JSON object"
+  end
+  -- (a decoded string ends at its first NUL: refuse rather than cut)
+  for bs in req.body:gmatch("(\\+)u0000") do
+    if #bs % 2 == 1 then return nil, "EINVAL: the body holds \\u0000 (a NUL character), which no field may hold" end
+  end
   for k in pairs(v) do
     if not fields[k] then
       local names = U.sorted_keys(fields)
@@ -443,13 +504,9 @@ local function match(segs)
     if #segs == #parts or (rest and #segs >= #parts) then
       for i, part in ipairs(parts) do
         local c = part:sub(1, 1)
-        if c == ":" then
-          local v = unescape(segs[i])
-          if not v then return false, "bad percent-encoding in the path" end
-          p[part:sub(2)] = v
-        elseif c == "*" then
-          local v = unescape(concat(segs, "/", i))
-          if not v then return false, "bad percent-encoding in the path" end
+        if c == ":" or c == "*" then
+          local v, err = decode(c == ":" and segs[i] or concat(segs, "/", i), "path")
+          if not v then return false, err end
           p[part:sub(2)] = v
         elseif part ~= segs[i] then
           ok = false
@@ -464,71 +521,156 @@ end
 local STATIC = { ["/"] = "index.html", ["/index.html"] = "index.html", ["/app.js"] = "app.js",
                  ["/style.css"] = "style.css" }
 
+-- An error answer: status, JSON body, headers (with extra), route name.
+local function refuse(status, msg, code, route, extra)
+  local hdr = { ["content-type"] = JSON, ["cache-control"] = "no-store" }
+  for k, v in pairs(extra or {}) do hdr[k] = v end
+  return status, json.encode { error = msg, code = code }, hdr, route
+end
 
--- Answers one request. Returns status, body (string), headers, route name.
-local function serve(self, req)
+-- The name in a Host header value, lower-cased ("[::1]" keeps its
+-- brackets; the port, which may be any, left out), or nil when the value
+-- is not HOST[:PORT].
+local function host_name(v)
+  local name, port = v:match("^(%[[%x:%.]+%])(.*)$")
+  if not name then name, port = v:match("^([%w%-_%.]+)(.*)$") end
+  if not name or not (port == "" or port:match("^:%d%d?%d?%d?%d?$")) then return nil end
+  return name:lower()
+end
+
+-- Whether a Host name is an IP address literal (a.b.c.d or [v6]): no DNS
+-- name, so no rebinding.
+local function is_ip(name)
+  if name:sub(1, 1) == "[" then return true end
+  local a, b, c, d = name:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  return a ~= nil and tonumber(a) < 256 and tonumber(b) < 256 and tonumber(c) < 256 and tonumber(d) < 256
+end
+
+-- The Host names the node answers to (set once listening): the loopback
+-- names (a tunnel or port-forward arrives as one of them), the listen
+-- address, any IP literal when it listens on all interfaces, and the
+-- names of --http-allow-host.
+local function hosts_of(h, addr)
+  local listen = addr:match("^(.*):%d+$") or addr
+  local t = { localhost = true, ["127.0.0.1"] = true, ["[::1]"] = true, [listen:lower()] = true }
+  for _, name in ipairs(h.allow_hosts or {}) do t[name] = true end
+  h.hosts, h.any_ip = t, listen == "0.0.0.0" or listen == "[::]"
+  local names = { "localhost", "127.0.0.1", "[::1]" }
+  if h.any_ip then
+    names[#names + 1] = "any IP address"
+  elseif listen ~= "127.0.0.1" and listen ~= "[::1]" then
+    names[#names + 1] = listen
+  end
+  for _, name in ipairs(h.allow_hosts or {}) do names[#names + 1] = name end
+  h.hosts_text = concat(names, ", ")
+end
+
+-- The Host check against DNS rebinding: a page of another site that got
+-- its name to resolve to this node's address is refused, since its
+-- requests carry that name. A request without Host (HTTP/1.0; no browser
+-- sends one) is let through.
+local function check_host(h, req)
+  local v = req.headers.host
+  if v == nil then
+    if req.version == "HTTP/1.0" then return nil end
+    return refuse(400, "EINVAL: an " .. printable(req.version or "HTTP/1.1") .. " request needs a Host header",
+      "EINVAL", "other")
+  end
+  local name = host_name(v)
+  if not name then return refuse(400, format("EINVAL: bad Host header %q", printable(v)), "EINVAL", "other") end
+  if h.hosts[name] or (h.any_ip and is_ip(name)) then return nil end
+  return refuse(421, format("EHOST: this node does not answer to the name %q (it answers to %s): start it with "
+    .. "--http-allow-host %s to allow it", printable(name), h.hosts_text, printable(name)), "EHOST", "other")
+end
+
+-- Decides what can be decided of a request from its headers alone, before
+-- any of its body is read (the server's check, and again for the
+-- handler): the Host, the route, the method, the token, the query.
+-- Returns the answer (status, body, headers, route name) when that decides
+-- it; else nil and what to serve: {file =} or {route =, params =, query =}.
+local function admit(self, req)
   local h = self.http
   local method, path = req.method, req.path
   local get = method == "GET" or method == "HEAD"
+  local st, body, hdr, rname = check_host(h, req)
+  if st then return st, body, hdr, rname end
   local file = STATIC[path]
   if file then
     if not get then
-      return 405, json.encode { error = "method " .. method .. " not allowed on " .. path, code = "EMETHOD" },
-        { ["content-type"] = JSON, allow = "GET, HEAD" }, path
+      return refuse(405, "method " .. printable(method) .. " not allowed on " .. path, "EMETHOD", path,
+        { allow = "GET, HEAD" })
     end
-    local f = h.files[file]
-    if not f then
-      return 404, json.encode { error = "ENOENT: the dashboard's " .. file .. " is not installed (" .. h.web
-        .. file .. ")", code = "ENOENT" }, { ["content-type"] = JSON }, path
-    end
-    return 200, f.body, { ["content-type"] = f.type, ["cache-control"] = "no-cache" }, path
+    return nil, { file = file, path = path }
   end
   local segs = {}
   for seg in path:gmatch("[^/]+") do segs[#segs + 1] = seg end
   if path:sub(1, 1) ~= "/" or path:find("//", 1, true) then segs = {} end
   local r, p = match(segs)
-  local function err(status, msg, code, route, extra)
-    local hdr = { ["content-type"] = JSON, ["cache-control"] = "no-store" }
-    for k, v in pairs(extra or {}) do hdr[k] = v end
-    return status, json.encode { error = msg, code = code }, hdr, route
-  end
-  if r == false then return err(400, "EINVAL: " .. p, "EINVAL", "other") end
+  if r == false then return refuse(400, "EINVAL: " .. p, "EINVAL", "other") end
   if not r then
-    return err(404, "ENOENT: no such route: " .. method .. " " .. path .. " (docs/api.md lists them)",
-      "ENOENT", "other")
+    return refuse(404, "ENOENT: no such route: " .. printable(method) .. " " .. printable(path)
+      .. " (docs/api.md lists them)", "ENOENT", "other")
   end
   local fn = r[get and "GET" or method]
   if not fn then
-    return err(405, format("method %s not allowed on %s (allowed: %s)", method, r.name, r.allow),
+    return refuse(405, format("method %s not allowed on %s (allowed: %s)", printable(method), r.name, r.allow),
       "EMETHOD", r.name, { allow = r.allow })
   end
   if not get then
     if not h.token then
-      return err(403, "EACCES: this node's API is read-only: start the node with --http-token-file FILE "
+      return refuse(403, "EACCES: this node's API is read-only: start the node with --http-token-file FILE "
         .. "to enable writes", "EACCES", r.name)
     end
     local auth = req.headers.authorization or ""
     local given = auth:lower():find("^bearer%s") and auth:match("^%S+%s+(.-)%s*$")
     if not given or not same(given, h.token) then
-      return err(401, auth == "" and "EAUTH: writes need the header Authorization: Bearer TOKEN"
+      return refuse(401, auth == "" and "EAUTH: writes need the header Authorization: Bearer TOKEN"
         or "EAUTH: wrong bearer token", "EAUTH", r.name, { ["www-authenticate"] = 'Bearer realm="baton"' })
     end
   end
   local q, qerr = parse_query(req.query)
-  if not q then return err(400, qerr, "EINVAL", r.name) end
+  if not q then return refuse(400, qerr, "EINVAL", r.name) end
   local takes = r.query and r.query[get and "GET" or method] or {}
   for k in pairs(q) do
     if not takes[k] then
       local names = U.sorted_keys(takes)
-      return err(400, format("EINVAL: unknown query parameter %q%s", k,
+      return refuse(400, format("EINVAL: unknown query parameter %q%s", k,
         #names > 0 and " (this route takes " .. concat(names, ", ") .. ")" or " (this route takes none)"),
         "EINVAL", r.name)
     end
   end
-  local status, body, hdr = API[fn](self, req, p, q)
+  return nil, { route = r, fn = fn, params = p, query = q }
+end
+
+M.admit, M.hosts_of = admit, hosts_of -- (for tests/lua/http-guard.lua, which feeds them random requests)
+
+-- The server's check: answers at once what the headers decide (nothing of
+-- the body is read then); else the request goes on to handle.
+local function check(self, req)
+  local status, body, hdr, route = admit(self, req)
+  if not status then return end
+  self.metrics:http_request(route, status)
+  req:respond(status, hdr, body)
+end
+
+-- Answers one request. Returns status, body (string), headers, route name.
+local function serve(self, req)
+  local h = self.http
+  local status, body, hdr, route = admit(self, req)
+  if status then return status, body, hdr, route end
+  local plan = body
+  if plan.file then
+    local f = h.files[plan.file]
+    if not f then
+      return refuse(404, "ENOENT: the dashboard's " .. plan.file .. " is not installed (" .. h.web
+        .. plan.file .. ")", "ENOENT", plan.path)
+    end
+    return 200, f.body, { ["content-type"] = f.type, ["cache-control"] = "no-cache" }, plan.path
+  end
+  status, body, hdr = API[plan.fn](self, req, plan.params, plan.query)
   hdr = hdr or { ["content-type"] = JSON, ["cache-control"] = "no-store" }
   if type(body) ~= "string" then body = json.encode(body) end
-  return status, body, hdr, r.name
+  return status, body, hdr, plan.route.name
 end
 
 local function handle(self, req)
@@ -548,12 +690,21 @@ end
 -- Reads what the server serves with: the token (the first line of
 -- opts.token_file, trimmed), the certificate and key (PEM, both or
 -- neither) and the dashboard's files. opts = {addr =, token_file =,
--- cert_file =, key_file =}. Returns the prepared server, or nil,
--- "ECODE: message", code (one line: an unreadable file, an empty token).
+-- cert_file =, key_file =, allow_hosts = {NAME, ...}}. Returns the
+-- prepared server, or nil, "ECODE: message", code (one line: an
+-- unreadable file, an empty token, a bad name).
 function M.prepare(opts)
-  local h = { addr = opts.addr, files = {}, web = web_dir(), prepared = true }
+  local h = { addr = opts.addr, files = {}, web = web_dir(), prepared = true, allow_hosts = {} }
   if type(opts.addr) ~= "string" or opts.addr == "" then
     return nil, "EINVAL: --http needs an address (HOST:PORT, [::1]:PORT, :PORT)", "EINVAL"
+  end
+  for _, name in ipairs(opts.allow_hosts or {}) do
+    local n = host_name(name)
+    if not n or n ~= name:lower() then
+      return nil, format("EINVAL: --http-allow-host %q: a host name or IP address (no port, no scheme), "
+        .. "as browsers send it in the Host header: baton.example.com, 10.0.0.5, [fd00::5]", printable(name)), "EINVAL"
+    end
+    h.allow_hosts[#h.allow_hosts + 1] = n
   end
   if opts.token_file then
     local s, err = read_all(opts.token_file, "--http-token-file")
@@ -594,10 +745,13 @@ function M.start(self, opts)
   end
   self.http = h
   local srv, err, code = baton.httpd.listen {
-    addr = h.addr, cert = h.cert, key = h.key, max_body = M.MAX_BODY,
+    addr = h.addr, cert = h.cert, key = h.key, max_body = M.MAX_BODY, max_body_total = M.MAX_BODY_TOTAL,
+    max_connections = M.MAX_CONNECTIONS, headers = M.HEADERS,
+    check = function(req) return check(self, req) end,
     handler = function(req) return handle(self, req) end,
   }
   if not srv then return nil, err, code end
+  hosts_of(h, srv.addr)
   h.server = srv
   -- The first GET /api/v1/jobs would read every status and last run: do
   -- it now, once the job store is listed.
