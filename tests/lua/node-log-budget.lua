@@ -4,7 +4,7 @@
 -- log has the beginning of the output and one line saying how much was
 -- left out and where it is; the kept output (baton job logs) still has the
 -- end of it. A run that prints little is logged whole, and says nothing
--- of a budget.
+-- of a budget. BATON_RUN_LOG_BYTES changes the budget.
 local T = require "tap"
 local N = require "nodes"
 
@@ -90,4 +90,18 @@ T.is(rec and rec.state, "succeeded", "quiet2: succeeded")
 T.ok(c:log("a"):find('msg="after the flood"[^\n]*job=quiet2'), "the next run's line is logged: the budget is per attempt")
 
 c:destroy()
+
+-- 4. BATON_RUN_LOG_BYTES in the node's environment sets the budget: 0,
+-- none of a run's output, and the two lines that say so.
+local z = N.new("nodelogbudget0")
+z:start("z", 3, nil, "BATON_RUN_LOG_BYTES=0")
+local zrev = z:put_job("zero", 'return { schedule = "@manual", run = function() print("not in the log") end }')
+T.ok(z:loaded("zero", zrev), "zero loaded")
+z:cli("job", "run", "zero")
+T.ok(N.wait(30, function() local r = z:records("zero")[1]; return r and r.state == "succeeded" end), "zero: succeeded")
+local zlog = z:log("z")
+T.ok(not zlog:find("not in the log", 1, true), "BATON_RUN_LOG_BYTES=0: no line of the run's output")
+T.ok(zlog:find('msg="run output: 15 bytes (1 line) more not logged here', 1, true),
+  "and one line says what was left out")
+z:destroy()
 T.done()
