@@ -24,7 +24,7 @@ static const char usage[] =
   "usage: baton [global flags] COMMAND [ARGS...]\n"
   "\n"
   "commands:\n"
-  "  help [COMMAND]                  this, or a command's help (also COMMAND --help)\n"
+  "  help [COMMAND [SUBCOMMAND]]     this, or a command's help (also COMMAND --help)\n"
   "  version                         print the version\n"
   "  eval FILE.lua [ARGS...]         run a script with the Lua API\n"
   "  cron EXPR [--tz ZONE] [-n N] [--from TIME]   print the next fire times\n"
@@ -33,17 +33,23 @@ static const char usage[] =
   "  elect NAME PROPOSAL [--ttl S]   campaign, print the leader, hold until signalled\n"
   "  elect -l NAME                   print each leader as it changes\n"
   "  node [--name ID] [--ttl S] [--workers N] [--labels k=v,...] [--history N]\n"
-  "       [--max-skew S] [--trust PUBKEY|DIR ...]   run a scheduler node\n"
+  "       [--max-skew S] [--trust PUBKEY|DIR ...] [--secrets-dir DIR]\n"
+  "       [--run-as USER] [--run-memory SIZE]\n"
+  "       [--http ADDR [--http-token-file F] [--http-cert F --http-key F]]\n"
+  "                                  run a scheduler node (--http: API, dashboard, /metrics)\n"
   "  check FILE.lua                  validate a job or policy file: next 5 fires,\n"
   "                                  or a policy's decisions on a sample cluster\n"
   "  job put FILE.lua [--name NAME] [--sign KEY]\n"
   "                                  check, then store at <prefix>jobs/<NAME>\n"
   "  job ls | show NAME | rm NAME [--purge] | history NAME [-n N]\n"
-  "  job run NAME [--force] [--param k=v ...]   trigger one run now\n"
+  "  job run NAME [--force] [--param k=v ...] [--wait]\n"
+  "                                  trigger one run now; --wait: follow it, exit\n"
+  "                                  0 only if it succeeded (baton help job run)\n"
+  "  job logs NAME [ID] [--attempt N] [-f]   a run's kept output; -f follows it live\n"
   "  job kill NAME [ID]              stop a running run and its processes\n"
   "  job pause NAME | resume NAME\n"
   "  job sign FILE.lua --sign KEY [-o OUT]   signed for someone without the key to put\n"
-  "  job versions NAME | diff NAME R1 R2 | rollback NAME REV   who changed what; go back\n"
+  "  job versions NAME | diff NAME R1 [R2] | rollback NAME REV   who changed what; go back\n"
   "  policy put FILE.lua [--name NAME] [--sign KEY]\n"
   "                                  check, then store at <prefix>policies/<NAME>\n"
   "  policy ls | show NAME | rm NAME | sign | versions | diff | rollback\n"
@@ -53,13 +59,20 @@ static const char usage[] =
   "  leader                          the elected cluster leader\n"
   "  keygen FILE                     an Ed25519 key pair for signed code: FILE, FILE.pub\n"
   "\n"
+  "  --json: job, policy, queue, nodes and leader commands print JSON instead of\n"
+  "  a table (one object, or one a line for job logs); each command's --help says.\n"
+  "\n"
   "global flags (and environment):\n"
   "  --endpoints URLS   BATON_ENDPOINTS  comma-separated etcd URLs\n"
   "                                      (default http://127.0.0.1:2379)\n"
   "  --prefix P         BATON_PREFIX     key prefix (default /baton/)\n"
   "  --user U           BATON_USER       etcd user\n"
   "  --password P       BATON_PASSWORD   etcd password\n"
-  "  --cacert F --cert F --key F         TLS (BATON_CACERT, BATON_CERT, BATON_KEY)\n";
+  "  --cacert F --cert F --key F         TLS (BATON_CACERT, BATON_CERT, BATON_KEY)\n"
+  "\n"
+  "NO_COLOR (set, not empty) turns off the colours of states on a terminal.\n"
+  "Exit status: 0 success, 1 failure, 2 usage error (job run --wait and job\n"
+  "logs -f: 3 and up say how the run ended; baton help job run).\n";
 
 static const struct {
   const char *flag;
@@ -268,6 +281,11 @@ static int cli_version(int argc, char **argv) {
   if (argc > 1 && is_help(argv[1])) {
     printf("usage: baton version\n\nPrints baton's version.\n");
     return 0;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "baton: version: %s \"%s\"\nusage: baton version\n",
+            argv[1][0] == '-' ? "unknown flag" : "unexpected argument", argv[1]);
+    return 2;
   }
   printf("baton %s\n", BATON_VERSION);
   return 0;

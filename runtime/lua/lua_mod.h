@@ -23,6 +23,7 @@ int bt_lua_open_httpd(lua_State *L);  /* baton.httpd (the server) */
 int bt_lua_open_sign(lua_State *L);   /* baton._sign (Ed25519) */
 int bt_lua_open_hash(lua_State *L);   /* baton._sha256 (libcrypto) */
 int bt_lua_open_sandbox(lua_State *L); /* baton._sandbox (confine.h) */
+int bt_lua_open_os(lua_State *L);     /* baton._terminal, baton._user */
 
 /* The parent's end of a spawn channel (lua_chan.c): bt__chan_new pushes a
  * channel object and returns its pipe, to be given to uv_spawn as a

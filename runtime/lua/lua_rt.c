@@ -589,7 +589,7 @@ static int open_baton(lua_State *L) {
     bt_lua_open_core, bt_lua_open_json, bt_lua_open_log, bt_lua_open_etcd,
     bt_lua_open_exec, bt_lua_open_http, bt_lua_open_cron, bt_lua_open_signal,
     bt_lua_open_chan, bt_lua_open_httpd, bt_lua_open_sign, bt_lua_open_hash,
-    bt_lua_open_sandbox, NULL
+    bt_lua_open_sandbox, bt_lua_open_os, NULL
   };
   int i;
 

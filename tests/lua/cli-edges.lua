@@ -3,7 +3,9 @@
 -- an empty prefix, job put's refusals and warnings (unknown policy, no
 -- node with the labels, a file over etcd's request limit), etcd
 -- authentication without credentials, the guide's raw etcdctl put, and
--- job ls of a broken job that the nodes still run a good version of.
+-- job ls of a broken job that the nodes still run a good version of; and
+-- issue 23's: the top-level help, version --bogus, a missing token file,
+-- completion of node flags, job diff of one revision, the author without $USER.
 local T = require "tap"
 local N = require "nodes"
 local F = require "files"
@@ -210,6 +212,89 @@ return { schedule = "30 6 * * *", timezone = "Europe/Paris", run = function() en
   local d
   for _, x in ipairs(j or {}) do if x.name == "daily" then d = x end end
   T.is(d and d.running_revision, good, "job ls --json: running_revision")
+end
+
+-- 7. Issue 23's rough edges: the top-level help, version's arguments, a
+-- missing token file, completion of a command's own flags, a diff of one
+-- revision, and the author without $USER.
+do
+  local out, err, code = cli("help")
+  T.is(code, 0, "baton help: exit 0")
+  T.like(out, "\n  job logs NAME %[ID%] %[%-%-attempt N%] %[%-f%]", "baton help lists job logs")
+  T.like(out, "\n  job run NAME .-%[%-%-wait%]", "and job run --wait")
+  T.like(out, "\n  %-%-json: ", "and --json")
+  T.like(out, "%-%-http ADDR %[%-%-http%-token%-file F%]", "and node --http")
+  out, err, code = cli("version", "--bogus")
+  T.is(code .. "|" .. out, "2|", "version --bogus: usage error, exit 2 (it printed the version)")
+  T.is(err, 'baton: version: unknown flag "--bogus"\nusage: baton version\n', "says so")
+  _, err, code = cli("version", "extra")
+  T.is(code .. "|" .. err, '2|baton: version: unexpected argument "extra"\nusage: baton version\n',
+    "version with an argument: usage error")
+  out, _, code = cli("version")
+  T.like(code .. "|" .. out, "^0|baton %S+\n$", "version alone: as before")
+
+  -- A token file that is not there is not a permission problem.
+  local function node(...)
+    local args = { bin, "--endpoints", eps, "--prefix", P, "node", "--name", "tok", "--ttl", "3",
+                   "--http", "127.0.0.1:0", timeout = 30 }
+    for _, a in ipairs { ... } do args[#args + 1] = a end
+    return assert(baton.exec(args))
+  end
+  local r = node("--http-token-file", c.dir .. "/nonexistent")
+  T.is(r.code, 1, "--http-token-file of a missing file: exit 1")
+  T.is(r.stderr, "baton: node tok: ENOENT: --http-token-file " .. c.dir .. "/nonexistent: No such file or directory\n",
+    "says no such file (it said EACCES)")
+  r = node("--http-token-file", c.dir)
+  T.is(r.stderr, "baton: node tok: EISDIR: --http-token-file " .. c.dir .. ": is a directory\n",
+    "a directory: says so")
+
+  -- Completion offers a command's own flags, not those its help names
+  -- (node's help tells of `job put --sign`).
+  local root = os.getenv("BATON_ROOT") or "."
+  local function completes(...)
+    local args = { "bash", "-c", [[
+      source "$0"; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _baton; echo "${COMPREPLY[*]}"]],
+      root .. "/tools/dist/baton.bash-completion", bin, timeout = 30 }
+    for _, a in ipairs { ... } do args[#args + 1] = a end
+    local r = assert(baton.exec(args))
+    return " " .. r.stdout:gsub("\n$", "") .. " "
+  end
+  local words = completes("node", "--")
+  T.ok(not words:find(" --sign ", 1, true), "completion: node -- does not offer --sign")
+  T.ok(words:find(" --secrets-dir ", 1, true) and words:find(" --http-token-file ", 1, true),
+    "completion: node -- offers node's flags")
+  T.ok(completes("job", "put", "--"):find(" --sign ", 1, true), "completion: job put -- offers --sign")
+  T.ok(completes("job", "run", "--"):find(" --wait ", 1, true), "completion: job run -- offers --wait")
+  T.ok(not completes("nodes", "--"):find(" --max-skew ", 1, true), "completion: nodes offers no --max-skew")
+
+  -- job diff NAME REV: from REV to the current source.
+  local f = file("dj.lua", 'return { schedule = "@manual", run = function() return 1 end }\n')
+  cli("job", "put", f)
+  local r1 = assert(e:get(P .. "jobs/dj")).kvs[1].mod_revision
+  F.write(f, 'return { schedule = "@manual", run = function() return 2 end }\n')
+  cli("job", "put", f)
+  local r2 = assert(e:get(P .. "jobs/dj")).kvs[1].mod_revision
+  out, err, code = cli("job", "diff", "dj", tostring(r1))
+  T.is(code, 0, "job diff NAME REV: exit 0 (it was a usage error) " .. err)
+  T.like(out, "^%-%-%- dj@" .. r1 .. "\n%+%+%+ dj@" .. r2 .. "\n.*\n%-return .-return 1 end }\n%+return .-return 2 end }\n$",
+    "a diff from REV to the current revision")
+  T.is(cli("job", "diff", "dj", tostring(r1), tostring(r2)), out, "the same as naming both")
+  out, _, code = cli("job", "diff", "dj", tostring(r2))
+  T.is(code .. "|" .. out, "0|", "the current revision: no difference")
+  cli("job", "rm", "dj")
+  _, err, code = cli("job", "diff", "dj", tostring(r1))
+  T.is(code, 1, "a removed job: exit 1")
+  T.like(err, "no job dj is stored now to compare revision " .. r1 .. " with; give two revisions", "says so")
+
+  -- Without $USER or $LOGNAME, the author is the uid's name, not "unknown".
+  local me = assert(baton.exec { "id", "-un" }).stdout:gsub("\n$", "")
+  local host = F.read("/proc/sys/kernel/hostname"):gsub("\n$", "")
+  F.write(f, 'return { schedule = "@manual", run = function() return 3 end }\n')
+  r = assert(baton.exec { bin, "--endpoints", eps, "--prefix", P, "job", "put", f, "--json",
+                          env = { USER = false, LOGNAME = false }, timeout = 30 })
+  T.is(r.code, 0, "put without $USER")
+  local v = baton.json.decode((cli("job", "versions", "dj", "--json")))
+  T.is(v and v[1] and v[1].author, me .. "@" .. host, "the author is the uid's name @ host (it was unknown@host)")
 end
 
 c:destroy()

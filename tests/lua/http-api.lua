@@ -482,8 +482,8 @@ do
   T.is(r.code, 2, "--http-token-file without --http: usage error")
   r = node("--http", "127.0.0.1:" .. free_port(), "--http-token-file", dir .. "/missing")
   T.is(r.code, 1, "an unreadable token file: exit 1")
-  T.like(r.stderr, "^baton: node x1: EACCES: %-%-http%-token%-file .-missing: No such file or directory\n$",
-    "one line naming the file")
+  T.like(r.stderr, "^baton: node x1: ENOENT: %-%-http%-token%-file .-missing: No such file or directory\n$",
+    "one line naming the file, and why: no such file (not EACCES)")
   F.write(dir .. "/empty", "\n")
   r = node("--http", "127.0.0.1:" .. free_port(), "--http-token-file", dir .. "/empty")
   T.is(r.code, 1, "an empty token file: exit 1")

@@ -213,7 +213,7 @@ local state_then = (c:records("slow")[1] or {}).state
 T.ok(saw2, "-f: a line shows while the run runs")
 T.is(state_then, "running", "(the run was still running then)")
 local fr = fp:wait(20)
-T.is(fr and fr.code, 0, "-f ends (exit 0) when the run ends")
+T.is(fr and fr.code, 3, "-f ends when the run ends, with its status (3: failed)")
 local fo = followed()
 local ticks = {}
 for n in fo:gmatch("tick (%d)") do ticks[#ticks + 1] = tonumber(n) end
@@ -226,7 +226,7 @@ out, err, code = cli("job", "logs", "slow", "-f", "--json")
 local last
 for l in out:gmatch("[^\n]+") do last = l end
 local lv = last and json.decode(last) or {}
-T.ok(code == 0 and type(lv["end"]) == "table" and lv["end"].state == "failed",
+T.ok(code == 3 and type(lv["end"]) == "table" and lv["end"].state == "failed",
      "-f --json: the last line is {\"end\": the record}")
 
 -- A failed attempt that is retried: -f follows into the next attempt;

@@ -326,7 +326,10 @@ end
 N.wait(10, function() return (post("/api/v1/jobs/nojob/run", "{}")) == 404 end)
 local status, body = post("/api/v1/jobs/leaky/run", '{"params": {"k": "a\\u0000b"}}')
 T.is(status, 400, "POST run with \"a\\u0000b\" as a param: 400")
-T.like(body or "", 'parameter \\"k\\": a NUL byte %(\\\\u0000%) in its value', "saying why, in one line")
+-- (the HTTP layer refuses a body with \u0000 before the parameters are
+-- looked at: node/http.lua; the CLI's own refusal is checked above)
+T.like(body or "", 'EINVAL: the body holds \\\\u0000 %(a NUL character%)', "saying why, in one line")
+T.unlike(body or "", "\n.", "in one line")
 T.is(#c:records("leaky"), 3, "no run was queued")
 
 c:destroy()

@@ -30,12 +30,12 @@ local USAGES = {
   ls = "baton job ls [--json]",
   show = "baton job show NAME [--json]",
   rm = "baton job rm NAME [--purge] [--author WHO] [--json]",
-  run = "baton job run NAME [--force] [--param k=v ...] [--json]",
+  run = "baton job run NAME [--force] [--param k=v ...] [--wait [--start-timeout S]] [--json]",
   kill = "baton job kill NAME [ID]",
   pause = "baton job pause NAME [--json]",
   resume = "baton job resume NAME [--json]",
   history = "baton job history NAME [-n N] [--json]",
-  logs = "baton job logs NAME [ID] [--attempt N] [-f] [--json]",
+  logs = "baton job logs NAME [ID] [--attempt N] [-f|--follow] [--json]",
 }
 local ORDER = { "put", "ls", "show", "rm", "run", "kill", "pause", "resume", "history", "logs" }
 local USAGE -- set below, once versions|diff|rollback are added
@@ -59,7 +59,21 @@ run records. --json prints {name, removed, purged}.]],
 --param k=v sets ctx.params.k for this run; the job must declare k in its
 params table, whose values are the defaults. Refused when no live node can
 run the job. --json prints {job, id, key, force, params}, the body of POST
-/api/v1/jobs/NAME/run.]],
+/api/v1/jobs/NAME/run.
+
+--wait then prints the run's output as job logs -f does (the line that says
+it was queued goes to stderr) and exits with how the run ended:
+  0  succeeded
+  1  baton could not ask etcd or follow the run (the run may go on)
+  2  usage error
+  3  failed (also abandoned, or lost with its node)
+  4  timed out (the job's timeout)
+  5  killed (baton job kill, or replaced)
+  6  skipped (concurrency = "forbid" and a run of the job was running)
+  7  not started: no live node has the job's labels, or none started it
+     within --start-timeout S (default 60); the request is withdrawn
+A retry is followed into its next attempt: the status is the run's final
+one. Interrupting baton (Ctrl-C) does not stop the run.]],
   kill = [[Stops a running run of the job (without ID: every running run of it):
 ctx:cancelled() turns true and its processes get SIGTERM, then after the
 node's grace period every process of the run is killed. The run is recorded
@@ -69,14 +83,21 @@ killed, by $USER@host, and is not retried or run again.]],
   resume = "The job fires again from its next instant. --json prints {job, paused, changed}.",
   history = "Run records, newest first (default 20): id, node, attempt, state, duration, error.",
   logs = [[Prints the kept output of the job's newest run (or run ID), its last
-attempt unless --attempt N. -f follows a running run live, through an etcd
-watch, and ends with the run's final state; --json prints one object a line.]],
+attempt unless --attempt N. When the newest run is a shard of a sharded
+instant, every shard of that instant is printed, each under a header that
+gives its ID (INSTANT/SHARD): job logs NAME INSTANT/SHARD picks one. -f
+follows a running run live, through an etcd watch, ends with the run's
+final state and exits with it, as job run --wait does (0 succeeded, 3
+failed, 4 timed out, 5 killed, 6 skipped; with --attempt N, that
+attempt's). --json prints one object a line.]],
 }
 local HELP = "Jobs stored under <prefix>jobs/. baton job SUBCOMMAND --help says more."
 local current -- the subcommand being run, for its usage line
 local NAME_RULE = U.NAME_RULE
 
-local function die(sub, what, err) return A.die("job " .. sub .. (what and (" " .. what) or "") .. ": " .. err) end
+local function die(sub, what, err, status)
+  return A.die("job " .. sub .. (what and (" " .. what) or "") .. ": " .. err, status)
+end
 local function usage(msg)
   return A.usage(current and ("job " .. current) or "job", current and USAGES[current] or USAGE, msg)
 end
@@ -119,6 +140,8 @@ local function run_row(rec)
   }
 end
 local RUN_HEADER = { "FIRE", "NODE", "ATTEMPT", "STATE", "DURATION", "ERROR" }
+-- (on a terminal: the error cut to fit, the state in colour)
+local RUN_TABLE = { flex = { 6 }, color = { [4] = U.state_color } }
 
 ---------------------------------------------------------------------------
 -- subcommands: the data comes from baton.ops (shared with the node's HTTP
@@ -177,7 +200,8 @@ function sub.ls(pos, opts)
       d.timezone or "-", d.next or "-", state_text(d), d.last and (tostring(d.last.state) .. " " .. d.last.run) or "-",
     }
   end
-  U.print_table({ "NAME", "SCHEDULE", "TIMEZONE", "NEXT", "STATE", "LAST RUN" }, rows)
+  U.print_table({ "NAME", "SCHEDULE", "TIMEZONE", "NEXT", "STATE", "LAST RUN" }, rows, nil,
+    { flex = { 6, 2 }, color = { [5] = U.state_color, [6] = U.state_color } })
   baton.exit(0)
 end
 
@@ -247,7 +271,7 @@ function sub.show(pos, opts)
       if s.revision and s.revision ~= d.revision then loaded = loaded .. " (stale)" end
       rows[#rows + 1] = { "  " .. s.node, loaded, s.error and tostring(s.error):gsub("\n", " ") or "ok" }
     end
-    U.print_table({ "  NODE", "REVISION", "STATUS" }, rows)
+    U.print_table({ "  NODE", "REVISION", "STATUS" }, rows, nil, U.STATUS_TABLE)
   end
   io.stdout:write("\nlast runs:\n")
   if #d.runs == 0 then
@@ -261,7 +285,7 @@ function sub.show(pos, opts)
     end
     local h = { unpack(RUN_HEADER) }
     h[1] = "  " .. h[1]
-    U.print_table(h, rows)
+    U.print_table(h, rows, nil, RUN_TABLE)
   end
   baton.exit(0)
 end
@@ -279,7 +303,7 @@ function sub.history(pos, opts)
   end
   local rows = {}
   for _, rec in ipairs(rs) do rows[#rows + 1] = run_row(rec) end
-  U.print_table(RUN_HEADER, rows)
+  U.print_table(RUN_HEADER, rows, nil, RUN_TABLE)
   baton.exit(0)
 end
 
@@ -329,23 +353,6 @@ local function given_params(list)
     given[k] = v
   end
   return given
-end
-
-function sub.run(pos, opts)
-  local name = one_name("run", pos)
-  local given = given_params(opts.param)
-  local r, err = ops.run_job(name, { params = given, force = opts.force or false })
-  if not r then return die("run", name, err) end
-  if opts.json then
-    U.print_json(r)
-    return baton.exit(0)
-  end
-  local p = {}
-  for _, k in ipairs(U.sorted_keys(given)) do p[#p + 1] = format("%s=%q", k, given[k]) end
-  io.stdout:write(format("queued a manual run of %s%s (%s): run %s%s; a live node will start it\n", name,
-    opts.force and " (--force: ignoring concurrency)" or "", r.key, r.id,
-    #p > 0 and (", params " .. concat(p, " ")) or ""))
-  baton.exit(0)
 end
 
 -- How long baton job kill waits for a run to end: the node's grace period
@@ -399,6 +406,11 @@ end
 ---------------------------------------------------------------------------
 -- logs: a run's kept output
 
+-- How a run ended, as the exit status of `job run --wait` and `job logs
+-- -f` (docs/jobs.md): 0 only for a success. 1 and 2 are every command's
+-- (baton could not ask etcd or follow the run; a usage error).
+local EXIT = { succeeded = 0, failed = 3, timed_out = 4, killed = 5, skipped = 6, not_started = 7 }
+
 -- The record of run id of job name (the newest run without id), as
 -- (kv, rec, revision); or nil, err.
 local function run_record(name, id)
@@ -448,50 +460,58 @@ end
 local ENDED = { succeeded = true, failed = true, abandoned = true, skipped = true, killed = true,
                 lost = true }
 
--- The line that ends `logs -f`: how the run ended, or (a given and not
--- the run's last attempt, or the run not ended) how attempt a ended.
-local function end_line(rec, a)
-  local st, node = U.field(rec, "state"), U.field(rec, "node")
-  local started, finished, err = U.field(rec, "started"), U.field(rec, "finished"), U.field(rec, "error")
-  local what, n = "run ended", U.field(rec, "attempt")
-  if not ENDED[st] or (a and a ~= n) then
-    what, n = "attempt " .. tostring(a) .. " ended", nil
+-- How the run (rec) ended, or (a given and not the run's last attempt, or
+-- the run not ended) how attempt a ended: {what, state, node, started,
+-- finished, error, attempt (nil for an attempt's end)}.
+local function ending(rec, a)
+  local x = { what = "run ended", state = U.field(rec, "state"), node = U.field(rec, "node"),
+              started = U.field(rec, "started"), finished = U.field(rec, "finished"),
+              error = U.field(rec, "error"), attempt = U.field(rec, "attempt") }
+  if not ENDED[x.state] or (a and a ~= x.attempt) then
+    x.what, x.attempt = "attempt " .. tostring(a) .. " ended", nil
     for _, at in ipairs(type(rec.attempts) == "table" and rec.attempts or {}) do
       if type(at) == "table" and at.attempt == a then
-        st, node, started, finished = U.field(at, "state"), U.field(at, "node"), U.field(at, "started"), U.field(at, "finished")
-        err = U.field(at, "error")
+        x.state, x.node, x.started = U.field(at, "state"), U.field(at, "node"), U.field(at, "started")
+        x.finished, x.error = U.field(at, "finished"), U.field(at, "error")
       end
     end
   end
-  local bits = {}
-  if n then bits[#bits + 1] = "attempt " .. tostring(n) end
-  if node then bits[#bits + 1] = "on " .. tostring(node) end
-  if type(started) == "number" and type(finished) == "number" then
-    bits[#bits + 1] = U.duration(finished - started)
-  end
-  local s = format("--- %s: %s", what, tostring(st or "?"))
-  if #bits > 0 then s = s .. " (" .. concat(bits, " ") .. ")" end
-  if err then s = s .. ": " .. tostring(err):gsub("\n", " ") end
-  return U.escape(s .. " ---")
+  return x
 end
 
-function sub.logs(pos, opts)
-  local name = pos[2]
-  if not name then return usage("needs a NAME") end
-  if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
-  if not job.valid_name(name) then
-    return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
+-- The exit status of an ending (EXIT): a failure that is a timeout
+-- ("timed out after 60 s") has its own; abandoned and lost runs are
+-- failures.
+local function exit_status(x)
+  if x.state == "succeeded" then return EXIT.succeeded end
+  if x.state == "killed" then return EXIT.killed end
+  if x.state == "skipped" then return EXIT.skipped end
+  if type(x.error) == "string" and x.error:find("^timed out") then return EXIT.timed_out end
+  return EXIT.failed
+end
+
+-- The line that ends `logs -f`: how the run (or attempt a) ended, its
+-- state in colour on a terminal.
+local function end_line(rec, a)
+  local x = ending(rec, a)
+  local bits = {}
+  if x.attempt then bits[#bits + 1] = "attempt " .. tostring(x.attempt) end
+  if x.node then bits[#bits + 1] = "on " .. tostring(x.node) end
+  if type(x.started) == "number" and type(x.finished) == "number" then
+    bits[#bits + 1] = U.duration(x.finished - x.started)
   end
-  local follow, P = opts.f or opts.follow, U.prefix()
-  local kv, rec, rev
-  if follow and not pos[3] then
-    -- `job run NAME && job logs NAME -f`: a manual run asked for and not
-    -- claimed yet is the run to follow, once a node has claimed it.
-    kv, rec, rev = wait_triggered(name)
-    if kv == nil then return die("logs", name, rec) end
-  end
-  if not kv then kv, rec, rev = run_record(name, pos[3]) end
-  if not kv then return die("logs", name, rec) end
+  local tail = #bits > 0 and (" (" .. concat(bits, " ") .. ")") or ""
+  if x.error then tail = tail .. ": " .. tostring(x.error):gsub("\n", " ") end
+  local st = U.escape(tostring(x.state or "?"))
+  return "--- " .. U.escape(x.what) .. ": " .. U.paint(st, U.state_color(st)) .. U.escape(tail) .. " ---"
+end
+
+-- Prints the kept output of run (kv, rec at revision rev) of job name, its
+-- last attempt unless opts.attempt; with follow, follows it live until it
+-- ends and exits with its status (EXIT). label, when given, comes first
+-- (a shard's header). Without follow, returns.
+local function show_run(name, kv, rec, rev, opts, follow, label)
+  local P = U.prefix()
   local id = kv.key:sub(#U.key("runs", name) + 2)
   local want = opts.attempt
   local last = tonumber(U.field(rec, "attempt")) or 0
@@ -499,10 +519,12 @@ function sub.logs(pos, opts)
     return die("logs", name, format("ENOENT: run %s has no attempt %d (it has %d)", id, want, last))
   end
   local attempt = want or (last > 0 and last or 1)
+  if label and not opts.json then io.stdout:write(label, "\n") end
   local shown = {} -- attempt -> the last line number printed
   local function emit(l)
     if opts.json then
       l.attempt = attempt
+      if label then l.id = id end
       U.print_json(l)
     else
       io.stdout:write(output.format(l), "\n")
@@ -528,15 +550,18 @@ function sub.logs(pos, opts)
     if not r then return die("logs", name, err) end
     return r.kvs, r.revision
   end
+  -- The end of the run (or of the attempt followed): its line, then exit
+  -- with its status.
+  local function the_end(final)
+    if opts.json then U.print_json { ["end"] = final } else io.stdout:write(end_line(final, want), "\n") end
+    io.stdout:flush()
+    baton.exit(exit_status(ending(final, want)))
+  end
   local kvs = read(attempt, rev)
   show(kvs)
   local state = U.field(rec, "state")
-  if not follow or (want and (want < last or state == "retrying")) or ENDED[state] then
-    if follow then
-      if opts.json then U.print_json { ["end"] = rec } else io.stdout:write(end_line(rec, attempt), "\n") end
-    end
-    return baton.exit(0)
-  end
+  if not follow then return end
+  if (want and (want < last or state == "retrying")) or ENDED[state] then return the_end(rec) end
 
   -- Follow: the attempt's chunks as they are written, until the record
   -- says the run has ended (for good; a retry is followed into its next
@@ -560,9 +585,7 @@ function sub.logs(pos, opts)
   local function finish(final)
     local fkvs = read(attempt, final.revision)
     show(fkvs)
-    if opts.json then U.print_json { ["end"] = final.rec } else io.stdout:write(end_line(final.rec, attempt), "\n") end
-    io.stdout:flush()
-    baton.exit(0)
+    return the_end(final.rec)
   end
   baton.go(function()
     while true do
@@ -573,7 +596,8 @@ function sub.logs(pos, opts)
         for _, ev in ipairs(evs) do
           if ev.type == "delete" then
             io.stdout:write("--- the run's record was deleted ---\n")
-            return baton.exit(0)
+            io.stdout:flush()
+            return die("logs", name, "the record of run " .. id .. " was deleted before it ended")
           end
           local nrec = U.decode_object(ev.kv.value) or {}
           local st = U.field(nrec, "state")
@@ -613,6 +637,149 @@ function sub.logs(pos, opts)
   end
 end
 
+-- The shards of a sharded instant (its runs INSTANT/1, INSTANT/2, ...),
+-- in order: a list of {kv, rec}, and the revision read at; or nil, err.
+local function shard_records(name, instant)
+  local pfx = U.key("runs", name, instant) .. "/"
+  local r, err = e:get(pfx, { prefix = true })
+  if not r then return nil, err end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    local i = tonumber(kv.key:sub(#pfx + 1):match("^(%d+)$"))
+    if i then list[#list + 1] = { i = i, kv = kv, rec = U.decode_object(kv.value) or {} } end
+  end
+  table.sort(list, function(a, b) return a.i < b.i end)
+  return list, r.revision
+end
+
+function sub.logs(pos, opts)
+  local name = pos[2]
+  if not name then return usage("needs a NAME") end
+  if pos[4] then return usage("unexpected argument \"" .. pos[4] .. "\"") end
+  if not job.valid_name(name) then
+    return usage(format("invalid job name \"%s\" (%s)", name, NAME_RULE))
+  end
+  local follow = opts.f or opts.follow
+  local kv, rec, rev
+  if follow and not pos[3] then
+    -- `job run NAME && job logs NAME -f`: a manual run asked for and not
+    -- claimed yet is the run to follow, once a node has claimed it.
+    kv, rec, rev = wait_triggered(name)
+    if kv == nil then return die("logs", name, rec) end
+  end
+  if not kv then kv, rec, rev = run_record(name, pos[3]) end
+  if not kv then return die("logs", name, rec) end
+  local id = kv.key:sub(#U.key("runs", name) + 2)
+  local instant = not pos[3] and id:match("^(.+)/%d+$")
+  if instant then
+    -- The newest run is a shard of a sharded instant: all its shards, each
+    -- under its own header; one of them to follow or to pick an attempt of.
+    local list, at = shard_records(name, instant)
+    if not list then return die("logs", name, at) end
+    local ids = {}
+    for _, s in ipairs(list) do ids[#ids + 1] = instant .. "/" .. s.i end
+    if follow or opts.attempt then
+      return usage(format("the newest run of job %s is instant %s, in %d shards: %s one of them by its ID (%s)",
+        name, instant, #list, follow and "follow" or "pick an attempt of", concat(ids, ", ")))
+    end
+    for k, s in ipairs(list) do
+      if k > 1 and not opts.json then io.stdout:write("\n") end
+      local x = ending(s.rec)
+      local head = format("=== shard %d of %d: %s, %s%s ===", s.i, #list, ids[k], tostring(x.state or "?"),
+        x.node and (" on " .. tostring(x.node)) or "")
+      show_run(name, s.kv, s.rec, at, opts, false, U.escape(head))
+    end
+    return baton.exit(0)
+  end
+  show_run(name, kv, rec, rev, opts, follow)
+  baton.exit(0)
+end
+
+-- How long `job run --wait` waits for a node to start the run, unless
+-- --start-timeout says.
+local START_TIMEOUT = 60
+
+-- The record of the manual run r (what ops.run_job returned) of job
+-- name, once a node has claimed it (or recorded it skipped): (kv, rec,
+-- revision). If none has within secs seconds, the request is withdrawn
+-- (unless a node takes it at that moment): nil, why.
+local function wait_claimed(name, r, secs)
+  local rkey = U.key("runs", name, r.id)
+  local g, err = e:get(rkey)
+  if not g then return nil, err end
+  if g.kvs[1] then return g.kvs[1], U.decode_object(g.kvs[1].value) or {}, g.revision end
+  local w, werr = e:watch(rkey, { start_revision = g.revision + 1 })
+  if not w then return nil, werr end
+  local deadline, withdrawn = baton.monotime() + secs, false
+  while true do
+    local left = deadline - baton.monotime()
+    if left <= 0 then
+      if withdrawn then
+        w:cancel()
+        return nil, format("ETIMEDOUT: the request was taken but no record of run %s came", r.id)
+      end
+      -- Withdraw the request, unless a node took it meanwhile (the claim
+      -- deletes it in the transaction that writes the record).
+      local t, terr = e:txn { compare = { { key = r.key, target = "create", op = ">", value = 0 } },
+                              success = { { delete = { key = r.key } } },
+                              failure = { { get = { key = rkey } } } }
+      if not t then return nil, terr end
+      if t.succeeded then
+        w:cancel()
+        return nil, format("ETIMEDOUT: no node started run %s within %g s; the request was withdrawn "
+          .. "(baton job show %s says which nodes loaded the job; --start-timeout S waits longer)", r.id, secs, name)
+      end
+      local rk = t.responses[1].kvs[1]
+      if rk then
+        w:cancel()
+        return rk, U.decode_object(rk.value) or {}, t.revision
+      end
+      -- (gone, and no record: removed with the job, or a record on its way)
+      withdrawn, deadline = true, baton.monotime() + 5
+    else
+      local evs, _, code = w:next(math.min(left, 1))
+      if not evs and code ~= "ETIMEDOUT" then return nil, "watching the run record: " .. tostring(code) end
+      for _, ev in ipairs(evs or {}) do
+        if ev.type == "put" then
+          w:cancel()
+          return ev.kv, U.decode_object(ev.kv.value) or {}, ev.kv.mod_revision
+        end
+      end
+    end
+  end
+end
+
+function sub.run(pos, opts)
+  local name = one_name("run", pos)
+  local given = given_params(opts.param)
+  if opts["start-timeout"] and not opts.wait then return usage("--start-timeout goes with --wait") end
+  local r, err, code = ops.run_job(name, { params = given, force = opts.force or false })
+  if not r then
+    -- (--wait: a run that cannot start, no live node having the job's
+    -- labels, has the status of one that did not)
+    return die("run", name, err, opts.wait and code == "ECONFLICT" and EXIT.not_started or nil)
+  end
+  if opts.json then
+    U.print_json(r)
+    if not opts.wait then return baton.exit(0) end
+  else
+    local p = {}
+    for _, k in ipairs(U.sorted_keys(given)) do p[#p + 1] = format("%s=%q", k, given[k]) end
+    -- (--wait: stdout is the run's output)
+    local out = opts.wait and io.stderr or io.stdout
+    out:write(format("%squeued a manual run of %s%s (%s): run %s%s; %s\n", opts.wait and "baton: job run: " or "",
+      name, opts.force and " (--force: ignoring concurrency)" or "", r.key, r.id,
+      #p > 0 and (", params " .. concat(p, " ")) or "",
+      opts.wait and "waiting for it to end" or "a live node will start it"))
+    if not opts.wait then return baton.exit(0) end
+  end
+  local kv, rec, rev = wait_claimed(name, r, opts["start-timeout"] or START_TIMEOUT)
+  if not kv then
+    return die("run", name, rec, tostring(rec):find("^ETIMEDOUT: no node started") and EXIT.not_started or nil)
+  end
+  return show_run(name, kv, rec, rev, opts, true)
+end
+
 local FLAGS = {
   logs = { attempt = "count", f = "flag", follow = "flag", json = "flag" },
   put = { name = "string", sign = "string", author = "string", ["keep-versions"] = "count", json = "flag" },
@@ -620,7 +787,7 @@ local FLAGS = {
   show = { json = "flag" },
   history = { n = "count", json = "flag" },
   rm = { purge = "flag", author = "string", json = "flag" },
-  run = { force = "flag", param = "list", json = "flag" },
+  run = { force = "flag", param = "list", json = "flag", wait = "flag", ["start-timeout"] = "number" },
   kill = {},
   pause = { json = "flag" }, resume = { json = "flag" },
 }

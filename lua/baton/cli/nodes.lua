@@ -67,8 +67,9 @@ return function(...)
   if opts.json then
     U.print_json(list)
   else
-    -- (OFFSET last: its "±" is two bytes, which the column widths count.)
-    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "TRUST", "OFFSET" }, rows)
+    -- (OFFSET last; "!": beyond the node's --max-skew)
+    U.print_table({ "NAME", "VERSION", "RUNNING", "STARTED", "LABELS", "TRUST", "OFFSET" }, rows, nil,
+      { flex = { 5 }, color = { [7] = function(v) return v:find("!", 1, true) and "31" or nil end } })
   end
   baton.exit(0)
 end

@@ -113,7 +113,8 @@ function sub.ls(pos, opts)
     local state = d.broken and ("error: " .. tostring(d.error):gsub("\n", " ")) or "ok"
     rows[#rows + 1] = { d.name, source, d.functions and functions_text(d.functions) or "-", state }
   end
-  U.print_table({ "NAME", "SOURCE", "FUNCTIONS", "STATUS" }, rows)
+  U.print_table({ "NAME", "SOURCE", "FUNCTIONS", "STATUS" }, rows, nil,
+    { flex = { 4, 3 }, color = { [4] = U.state_color } })
   baton.exit(0)
 end
 
@@ -157,7 +158,7 @@ function sub.show(pos, opts)
       if d.stored and s.revision and s.revision ~= d.revision then loaded = loaded .. " (stale)" end
       rows[#rows + 1] = { "  " .. s.node, loaded, s.error and tostring(s.error):gsub("\n", " ") or "ok" }
     end
-    U.print_table({ "  NODE", "REVISION", "STATUS" }, rows)
+    U.print_table({ "  NODE", "REVISION", "STATUS" }, rows, nil, U.STATUS_TABLE)
   end
   baton.exit(0)
 end

@@ -143,34 +143,130 @@ function M.duration(s)
   return format("%dd%02dh", floor(s / 86400), floor(s % 86400 / 3600))
 end
 
+---------------------------------------------------------------------------
+-- the terminal: colours and width
+
+-- What stdout is: {tty = bool, color = bool, cols = columns or nil}.
+-- Colours only on a terminal, and not with NO_COLOR set (no-color.org) or
+-- TERM=dumb; the width (a terminal's: COLUMNS when it is a positive whole
+-- number, else what the terminal says) only on a terminal too, so that what
+-- is piped or redirected is whole and plain.
+local term
+function M.terminal()
+  if term then return term end
+  local tty, cols = baton._terminal(1)
+  local nc, tn = os.getenv("NO_COLOR"), os.getenv("TERM")
+  local env_cols = tonumber(os.getenv("COLUMNS") or "")
+  if env_cols and (env_cols < 1 or env_cols ~= floor(env_cols)) then env_cols = nil end
+  term = { tty = tty, color = tty and (nc == nil or nc == "") and tn ~= "dumb",
+           cols = tty and (env_cols or cols) or nil }
+  return term
+end
+
+-- SGR colours of the words of states (run, job, node and check states).
+local STATE_COLOR = {
+  failed = "31", lost = "31", abandoned = "31", killed = "31", broken = "31", untrusted = "31",
+  mismatch = "31", MISMATCH = "31", error = "31",
+  retrying = "33", interrupted = "33", skipped = "33", paused = "33", stale = "33", compacted = "33",
+  running = "36",
+  succeeded = "32", active = "32", ok = "32",
+}
+
+-- The SGR colour of a cell that starts with a state word ("failed",
+-- "broken,paused", "succeeded 2026-..."), or nil.
+function M.state_color(text)
+  return STATE_COLOR[tostring(text):match("^[%a]+")]
+end
+
+-- text (escaped already: M.escape) in colour sgr when stdout takes
+-- colours; as it is otherwise. The codes are baton's own, added around
+-- escaped text: stored text never reaches the terminal as codes.
+function M.paint(text, sgr)
+  if not sgr or not M.terminal().color then return text end
+  return "\27[" .. sgr .. "m" .. text .. "\27[0m"
+end
+
+-- The width of text on a terminal: its UTF-8 characters (each one
+-- column; text is escaped, so no control characters are left).
+function M.width(text)
+  local _, cont = text:gsub("[\128-\191]", "")
+  return #text - cont
+end
+
+-- text cut to at most w columns, with "…" as its last when it was cut.
+function M.ellipsize(text, w)
+  if M.width(text) <= w then return text end
+  if w < 1 then return "" end
+  local cols, i = 0, 1
+  while i <= #text and cols < w - 1 do
+    local c = byte(text, i)
+    local len = c >= 0xf0 and 4 or c >= 0xe0 and 3 or c >= 0xc0 and 2 or 1
+    i = i + len
+    cols = cols + 1
+  end
+  return sub(text, 1, i - 1) .. "…"
+end
+
 -- Prints rows (lists of strings) in aligned columns under a header, two
 -- spaces apart, the last column unpadded. Nothing at all when rows is empty.
--- Each cell is escaped (M.escape, one line).
-function M.print_table(header, rows, out)
+-- Each cell is escaped (M.escape, one line). opts (optional):
+--   flex = {i, ...}: on a terminal narrower than the table, these columns
+--     (free text: an error, a last run) are cut to fit, with "…", in this
+--     order, none below its header's width or 8 columns;
+--   color = {[i] = fn(cell) -> sgr | nil}: the colour of a cell of column
+--     i (the raw cell), on a terminal that takes colours (M.terminal).
+function M.print_table(header, rows, out, opts)
   out = out or io.stdout
+  opts = opts or {}
   if #rows == 0 then return end
+  local n = #header
   local width = {}
   local all = { header }
   for _, r in ipairs(rows) do
     local c = {}
-    for i = 1, #header do c[i] = M.escape(r[i] == nil and "-" or r[i]) end
+    for i = 1, n do c[i] = M.escape(r[i] == nil and "-" or r[i]) end
     all[#all + 1] = c
   end
   for _, r in ipairs(all) do
-    for i = 1, #header do
-      local v = tostring(r[i] == nil and "-" or r[i])
-      if #v > (width[i] or 0) then width[i] = #v end
+    for i = 1, n do
+      local v = M.width(tostring(r[i]))
+      if v > (width[i] or 0) then width[i] = v end
     end
   end
-  for _, r in ipairs(all) do
+  local cols = out == io.stdout and M.terminal().cols
+  if cols and opts.flex then
+    local total = 2 * (n - 1)
+    for i = 1, n do total = total + width[i] end
+    for _, i in ipairs(opts.flex) do
+      if total <= cols then break end
+      local least = math.max(M.width(header[i]), 8)
+      local cut = math.min(total - cols, width[i] - least)
+      if cut > 0 then
+        width[i], total = width[i] - cut, total - cut
+        for k = 2, #all do all[k][i] = M.ellipsize(all[k][i], width[i]) end
+      end
+    end
+  end
+  for k, r in ipairs(all) do
     local cells = {}
-    for i = 1, #header do
-      local v = tostring(r[i] == nil and "-" or r[i])
-      cells[i] = i < #header and v .. (" "):rep(width[i] - #v) or v
+    for i = 1, n do
+      local v = tostring(r[i])
+      local pad = i < n and (" "):rep(width[i] - M.width(v)) or ""
+      local fn = k > 1 and opts.color and opts.color[i]
+      if fn then v = M.paint(v, fn(rows[k - 1][i])) end
+      cells[i] = v .. pad
     end
     out:write((concat(cells, "  "):gsub("%s+$", "")), "\n")
   end
 end
+
+-- The NODE, REVISION, STATUS table of job show and policy show: a stale
+-- revision in yellow, a status other than ok in red and cut to fit.
+M.STATUS_TABLE = {
+  flex = { 3 },
+  color = { [2] = function(v) return v:find("(stale)", 1, true) and "33" or nil end,
+            [3] = function(v) return v == "ok" and "32" or "31" end },
+}
 
 -- "key: value" lines with the values aligned, each value escaped (M.escape,
 -- one line).
@@ -289,9 +385,17 @@ function M.manual_id(at)
   return M.instant(at):sub(1, -2) .. format(".%03dZ", floor(at * 1000) % 1000)
 end
 
--- Who is asking, for the records: $USER@host.
+-- Who is asking, for the records: $USER@host. Without $USER (or
+-- $LOGNAME): the name of the process's user in the user database, or
+-- uid-N for a uid that has none (a service started with `env -i`, a
+-- container): never a made-up name.
 function M.who()
-  local user = os.getenv("USER") or os.getenv("LOGNAME") or "unknown"
+  local user = os.getenv("USER")
+  if not user or user == "" then user = os.getenv("LOGNAME") end
+  if not user or user == "" then
+    local name, uid = baton._user()
+    user = name or ("uid-" .. tostring(uid))
+  end
   local f = io.open("/proc/sys/kernel/hostname") or io.open("/etc/hostname")
   local host = f and f:read("*l")
   if f then f:close() end

@@ -14,7 +14,7 @@ local format = string.format
 return function(kind, d)
   local cmd = "baton " .. kind
   d.usages.versions = cmd .. " versions NAME [--json]"
-  d.usages.diff = cmd .. " diff NAME REV1 REV2"
+  d.usages.diff = cmd .. " diff NAME REV1 [REV2]"
   d.usages.rollback = cmd .. " rollback NAME REV [--sign KEY [--trust PUBKEY|DIR ...]] [--author WHO] "
     .. "[--keep-versions N] [--from-log] [--json]"
   d.helps.versions = format([[The %s's version log, newest first: revision, time, author, op, SHA-256
@@ -25,7 +25,9 @@ no longer has it, so the entry cannot be checked). Each put and rm through
 baton records one, with --author (default: the etcd user when etcd auth is
 on, else $USER@host); the last 20 are kept (put --keep-versions N). A
 source stored without baton (a raw etcdctl put) shows author "unknown".]], kind)
-  d.helps.diff = "A unified diff (diff -u) of the sources stored at revisions REV1 and REV2."
+  d.helps.diff = format([[A unified diff (diff -u) of the sources stored at revisions REV1 and REV2;
+without REV2, from REV1 to the source stored now (baton %s versions NAME
+lists the revisions).]], kind)
   d.helps.rollback = format([[Puts the source stored at revision REV back at <prefix>%s/NAME through
 the normal put path (validated as put does), recorded as a new version with
 op "rollback of REV", and prints the diff from the current source to it.
@@ -106,13 +108,24 @@ sign again. -o OUT writes it to OUT instead of standard output.]],
         v.checked == "mismatch" and "MISMATCH" or tostring(v.checked or "-"),
       }
     end
-    U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256", "CHECKED" }, rows)
+    U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256", "CHECKED" }, rows, nil,
+      { flex = { 3, 4 }, color = { [6] = U.state_color } })
     baton.exit(0)
   end
 
   function d.sub.diff(pos)
     local name = name_of(pos, 2)
-    local r1, r2 = rev_of(pos[3]), rev_of(pos[4])
+    local r1, r2 = rev_of(pos[3]), pos[4] and rev_of(pos[4])
+    if not r2 then
+      -- One revision: against the current source, at its revision.
+      local g, gerr = baton.etcd:get(U.key(kind == "job" and "jobs" or "policies", name))
+      if not g then return d.die("diff", name, gerr) end
+      if not g.kvs[1] then
+        return d.die("diff", name, format("ENOENT: no %s %s is stored now to compare revision %d with; "
+          .. "give two revisions (baton %s versions %s lists them)", kind, name, r1, kind, name))
+      end
+      r2 = g.kvs[1].mod_revision
+    end
     local text, err = ops.diff_versions(kind, name, r1, r2)
     if not text then return d.die("diff", name, err) end
     io.stdout:write(U.escape(text, true))

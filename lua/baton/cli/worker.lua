@@ -39,9 +39,10 @@
 -- cache has dropped is read from etcd at that revision), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
--- run, one per line; that, its ctx.log lines and what the programs it
--- starts print are also the run's kept output, which the worker stores in
--- etcd while the run runs (lua/baton/node/output.lua), fenced like
+-- run, one per line, up to a budget per attempt (run_log: the node's log
+-- is not the place for a run's megabytes); that, its ctx.log lines and
+-- what the programs it starts print are also the run's kept output, which
+-- the worker stores in etcd while the run runs (lua/baton/node/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
 -- (baton._sweep, by the worker's containment process, runtime/core/contain.h)
@@ -187,34 +188,76 @@ local function scrub(v, list)
   return c
 end
 
--- ctx.log.<level>: a line of the node's log with the run's fields, and a
--- line of the run's kept output (buf); both redacted of list.
-local function logger(fields, level, buf, list)
+-- What of a run's output (print, io.write, ctx.log) the node's log shows:
+-- the first RUN_LOG bytes of each attempt, each line counting its text and
+-- RUN_LOG_LINE bytes (about what logfmt adds: ts, level, the run's fields).
+-- The rest is in the kept output only (output.lua, up to its cap), and the
+-- node's log says how much was left out. BATON_RUN_LOG_BYTES, from the
+-- node's environment, changes the budget (0: none of it).
+local RUN_LOG = tonumber(os.getenv("BATON_RUN_LOG_BYTES")) or 16 * 1024
+local RUN_LOG_LINE = 100
+
+-- The node's log for one attempt's output: log(level, text, fields) writes
+-- a line while the budget lasts; once a line does not fit, it and every
+-- later one are only counted (the node's log shows the beginning of the
+-- output, without gaps), and one line says so. finish() says how much was
+-- left out, if anything was.
+local function run_log(run)
+  local left, lines, bytes = RUN_LOG, 0, 0
+  local id = run.id or util.instant(run.fire)
+  local where = ("baton job logs %s %s"):format(run.job, id)
+  local self = {}
+  function self.log(level, text, fields)
+    if lines == 0 and #text + RUN_LOG_LINE <= left then
+      left = left - #text - RUN_LOG_LINE
+      return baton.log[level](text, fields)
+    end
+    if lines == 0 then
+      baton.log.info(("run output: the rest of this attempt's output is not logged here; %s has it"):format(where),
+                     run_fields(run))
+    end
+    lines, bytes = lines + 1, bytes + #text + 1
+  end
+  function self.finish()
+    if lines == 0 then return end
+    local f = run_fields(run)
+    f.omitted_lines, f.omitted_bytes = lines, bytes
+    baton.log.info(("run output: %s (%d line%s) more not logged here; %s has the last %s of it"):format(
+      util.bytes(bytes), lines, lines == 1 and "" or "s", where, util.bytes(output.CAP)), f)
+  end
+  return self
+end
+
+-- ctx.log.<level>: a line of the node's log with the run's fields (through
+-- nlog, the attempt's run_log), and a line of the run's kept output (buf);
+-- both redacted of list.
+local function logger(fields, level, buf, list, nlog)
   return function(msg, extra)
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     for k, v in pairs(scrub(extra or {}, list)) do f[k] = v end
     local text = output.redact(tostring(msg), list)
-    baton.log[level](text, f)
+    nlog.log(level, text, f)
     if buf then buf:add { stream = "log", level = level, text = text, fields = extra } end
   end
 end
 
 -- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
--- becomes log lines of the run, one per line as soon as the line is
--- complete, tagged with the run's fields and the stream, and lines of its
--- kept output (kept, an output.lua buffer). A line longer than
+-- becomes log lines of the run (through nlog, the attempt's run_log), one
+-- per line as soon as the line is complete, tagged with the run's fields
+-- and the stream, and lines of its kept output (kept, an output.lua
+-- buffer). A line longer than
 -- output.LINE_MAX is cut, its secrets redacted before it is (an
 -- output.cutter per stream). out.flush() writes what is left of an
 -- unfinished line at the end of the run.
-local function printed(run, kept, list)
+local function printed(run, kept, list, nlog)
   local fields = run_fields(run)
   local cuts = { stdout = output.cutter(list), stderr = output.cutter(list) }
   local function put(stream, texts)
     for _, text in ipairs(texts) do
       local f = { stream = stream }
       for k, v in pairs(fields) do f[k] = v end
-      baton.log.info(text, f)
+      nlog.log("info", text, f)
       if kept then kept:add { stream = stream, text = text } end
     end
   end
@@ -270,15 +313,15 @@ local function event_of(run)
   return ev
 end
 
-local function context(run, state, kept, values, list)
+local function context(run, state, kept, values, list, nlog)
   local fields = run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     params = opt(run.params) or {}, secrets = values,
     event = event_of(run),
-    log = { info = logger(fields, "info", kept, list), warn = logger(fields, "warn", kept, list),
-            error = logger(fields, "error", kept, list), debug = logger(fields, "debug", kept, list) },
+    log = { info = logger(fields, "info", kept, list, nlog), warn = logger(fields, "warn", kept, list, nlog),
+            error = logger(fields, "error", kept, list, nlog), debug = logger(fields, "debug", kept, list, nlog) },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -431,17 +474,19 @@ local function execute(run, state)
   local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
                             secrets = list, capture = true }:start()
-  local out = printed(run, kept, list)
+  local nlog = run_log(run)
+  local out = printed(run, kept, list, nlog)
   if rawget(spec.globals, "print") == nil then spec.globals.print = out.print end
   if rawget(spec.globals, "io") == nil then spec.globals.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
   local started = now()
   local fn = spec.run or command_run(spec, run, values, list)
-  local ok, res, err = pcall(fn, context(run, state, kept, values, list))
+  local ok, res, err = pcall(fn, context(run, state, kept, values, list, nlog))
   -- A stop request may have ended what the run waited on: let it be seen
   -- first, and count a run that ends past its deadline as timed out.
   baton.sleep(0)
   out.flush()
+  nlog.finish()
   -- A worker with a memory limit runs the next run of that limit with the
   -- garbage of this one gone (node/pool.lua, limits.lua).
   if MEMORY then collectgarbage() end

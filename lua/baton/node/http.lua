@@ -133,11 +133,18 @@ end
 M.same = same
 
 local function read_all(path, what)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, format("EACCES: %s %s: %s", what, path, (err or "cannot open"):gsub("^[^:]*: ", "")) end
-  local s = f:read("*a")
+  local f, err, errno = io.open(path, "rb")
+  if not f then
+    -- (the code as the error is: no such file is not a permission problem)
+    local code = errno == 2 and "ENOENT" or errno == 13 and "EACCES" or errno == 21 and "EISDIR" or "EIO"
+    return nil, format("%s: %s %s: %s", code, what, path, ((err or "cannot open"):gsub("^[^:]*: ", "")))
+  end
+  local s, _, rerrno = f:read("*a")
   f:close()
-  if not s then return nil, format("EIO: %s %s: cannot read", what, path) end
+  if not s then
+    return nil, rerrno == 21 and format("EISDIR: %s %s: is a directory", what, path)
+      or format("EIO: %s %s: cannot read", what, path)
+  end
   return s
 end
 
