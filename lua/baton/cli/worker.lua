@@ -31,7 +31,9 @@
 -- does not come within HANDOFF seconds (the node froze) it records the
 -- success itself, guarded by the run's fence as the node's write is: a run
 -- that completed is recorded even if its node froze right after, and of
--- the two writes at most one applies.
+-- the two writes at most one applies. Not a success that came after the
+-- run was asked to stop (a kill, a replace, its node stopping): the node,
+-- which asked, records that one as it sees fit.
 --
 -- One run at a time. For each run the worker takes the job's source at the
 -- revision the node loaded (kept in a small cache; the node sends it with
@@ -517,7 +519,7 @@ local function execute(run, state)
     -- Some process of the run would not die: leave it to the node, which
     -- stops this worker and waits for them before it records the run.
     reply.retire = true
-  elseif reply.ok then
+  elseif reply.ok and not state.cancelled then
     reply.handoff = true
     return reply, started
   end

@@ -476,8 +476,8 @@ end
 -- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
 -- "interrupted" when the node is stopping), the reason (nil on success),
 -- and, for a success the worker hands over (its reply says handoff), the
--- worker and the key to tell it once the node has recorded it (see
--- cli/worker.lua). The run's processes are gone when it returns: the
+-- worker and the key to tell it once the node has recorded the run, as
+-- whatever it is recorded (see cli/worker.lua). The run's processes are gone when it returns: the
 -- worker ends them before it replies, and a worker that is stopped is
 -- waited for.
 local function attempt(self, run, fence, rec)
@@ -543,11 +543,13 @@ local function attempt(self, run, fence, rec)
     end
   end
   pool:put(w, reply and not reply.retire and not run.cancel and not self.stopping)
-  if run.cancel then return "killed", run.cancel.reason end
-  if why then return "failed", why end
-  if reply and reply.ok then
-    return "succeeded", nil, type(reply.handoff) == "string" and { w = w, key = reply.handoff } or nil
-  end
+  -- A success the worker would record itself unless told that this node
+  -- has recorded the run: told whatever this node records it as (killed,
+  -- say: a run that returned once asked to stop).
+  local handoff = reply and reply.ok and type(reply.handoff) == "string" and { w = w, key = reply.handoff } or nil
+  if run.cancel then return "killed", run.cancel.reason, handoff end
+  if why then return "failed", why, handoff end
+  if reply and reply.ok then return "succeeded", nil, handoff end
   -- Stopping, the node gave the run its grace: one that returned success
   -- is done (above); one still running when the grace ended, or that
   -- failed once asked to stop (reply.stopped: the stop may be why), did
