@@ -894,7 +894,8 @@ function M.queue_tasks(text, name)
   local first = text:find("%S")
   local values, where = {}, nil
   if first and text:sub(first, first) == "[" then
-    local arr, jerr = json.decode(text)
+    -- (\u0000 read as U+FFFD, not cut short: refused below, naming the element)
+    local arr, jerr = json.decode(text, { nul = "replace" })
     -- The elements' own text, between the commas of the array's level.
     local spans, i, stop = {}, first + 1, nil
     if arr ~= nil and type(arr) == "table" then
@@ -920,7 +921,8 @@ function M.queue_tasks(text, name)
     for n, raw in ipairs(spans) do
       local v = arr[n]
       if type(v) == "string" then
-        -- (a decoded string ends at its first NUL: refuse rather than cut)
+        -- (a task holds no NUL byte: one spelled \u0000, decoded as U+FFFD,
+        -- is refused rather than stored changed)
         for bs in raw:gmatch("(\\+)u0000") do
           if #bs % 2 == 1 then
             return fail(format("EINVAL: %s, element %d: a task cannot hold \\u0000; nothing was stored", name, n), "EINVAL")

@@ -3,11 +3,19 @@
  * bindings use. A Lua table whose keys are exactly 1..n is an array; an
  * empty table is an object unless it carries baton.json.array's metatable;
  * baton.json.null stands for JSON null.
+ *
+ * NUL bytes: cJSON's strings end at a NUL, so by default a string (or key)
+ * that holds one is not encoded (an error), and JSON text that spells one
+ * (\u0000, or a raw 0 byte) is not decoded (nil, "EINVAL: ..."), where
+ * cJSON would cut the string there. With {nul = "replace"} each such NUL
+ * becomes U+FFFD instead (jsonnul.h): for records of what happened (an
+ * error, a name read from etcd), where a marked byte beats a lost record.
  */
 #include "lua_json.h"
 #include "lua_mod.h"
 #include "rt.h"
 #include "err.h"
+#include "jsonnul.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -18,6 +26,9 @@
 #define NULL_KEY "baton.json.null"
 #define ARRAY_MT "baton.json.array"
 #define MAX_DEPTH 200
+
+/* How to_json treats a NUL byte in a string or key. */
+enum { NUL_ERROR, NUL_REPLACE };
 
 static void push_null(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, NULL_KEY);
@@ -80,7 +91,34 @@ static int array_len(lua_State *L, int idx) {
   return n == max ? n : -1;
 }
 
-static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
+/* A copy of the n bytes at s with each NUL as U+FFFD, NUL-terminated
+ * (malloc'd: the caller frees), or NULL when out of memory. */
+static char *nul_replaced(const char *s, size_t n) {
+  char *c = malloc(3 * n + 1);
+  if (c) bt_json_nul_replace(s, n, c);
+  return c;
+}
+
+/* A cJSON string of the n bytes at s (which hold a NUL) under nul, or
+ * NULL with err written. */
+static cJSON *nul_string(const char *s, size_t n, int nul, char *err, size_t len) {
+  char *c;
+  cJSON *j;
+  if (nul != NUL_REPLACE) {
+    snprintf(err, len, "cannot encode a string with a NUL byte");
+    return NULL;
+  }
+  if (!(c = nul_replaced(s, n))) {
+    snprintf(err, len, "out of memory");
+    return NULL;
+  }
+  j = cJSON_CreateString(c);
+  free(c);
+  if (!j) snprintf(err, len, "out of memory");
+  return j;
+}
+
+static cJSON *to_json(lua_State *L, int idx, int depth, int nul, char *err, size_t len) {
   cJSON *j = NULL;
   if (idx < 0) idx = lua_gettop(L) + idx + 1;
   if (depth > MAX_DEPTH) {
@@ -101,10 +139,7 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
   case LUA_TSTRING: {
     size_t n;
     const char *s = lua_tolstring(L, idx, &n);
-    if (memchr(s, '\0', n)) {
-      snprintf(err, len, "cannot encode a string with a NUL byte");
-      return NULL;
-    }
+    if (memchr(s, '\0', n)) return nul_string(s, n, nul, err, len);
     return cJSON_CreateString(s);
   }
   case LUA_TTABLE: {
@@ -127,7 +162,7 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
       for (i = 1; i <= n; i++) {
         cJSON *c;
         lua_rawgeti(L, idx, i);
-        c = to_json(L, -1, depth + 1, err, len);
+        c = to_json(L, -1, depth + 1, nul, err, len);
         lua_pop(L, 1);
         if (!c) {
           cJSON_Delete(j);
@@ -142,8 +177,21 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
     while (lua_next(L, idx)) {
       cJSON *c;
       const char *k;
-      if (lua_type(L, -2) == LUA_TSTRING) k = lua_tostring(L, -2);
-      else if (lua_type(L, -2) == LUA_TNUMBER) {
+      char *kc = NULL;
+      size_t kn;
+      if (lua_type(L, -2) == LUA_TSTRING) {
+        k = lua_tolstring(L, -2, &kn);
+        if (memchr(k, '\0', kn)) {
+          if (nul != NUL_REPLACE || !(kc = nul_replaced(k, kn))) {
+            snprintf(err, len, nul != NUL_REPLACE ? "cannot encode a key with a NUL byte"
+                                                  : "out of memory");
+            lua_pop(L, 2);
+            cJSON_Delete(j);
+            return NULL;
+          }
+          k = kc;
+        }
+      } else if (lua_type(L, -2) == LUA_TNUMBER) {
         snprintf(err, len, "cannot encode a sparse array or a table that "
                  "mixes array and object keys");
         lua_pop(L, 2);
@@ -155,13 +203,15 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
         cJSON_Delete(j);
         return NULL;
       }
-      c = to_json(L, -1, depth + 1, err, len);
+      c = to_json(L, -1, depth + 1, nul, err, len);
       if (!c) {
+        free(kc);
         lua_pop(L, 2);
         cJSON_Delete(j);
         return NULL;
       }
       cJSON_AddItemToObject(j, k, c);
+      free(kc);
       lua_pop(L, 1);
     }
     return j;
@@ -174,15 +224,39 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
 
 cJSON *bt_lua_to_json(lua_State *L, int idx, char *err, size_t errlen) {
   err[0] = '\0';
-  return to_json(L, idx, 0, err, errlen);
+  return to_json(L, idx, 0, NUL_ERROR, err, errlen);
+}
+
+/* The nul option of the table at idx (json.encode's and json.decode's
+ * opts, may be absent): NUL_ERROR or NUL_REPLACE. Raises on anything else. */
+static int nul_option(lua_State *L, int idx, const char *api) {
+  int nul = NUL_ERROR;
+  if (lua_isnoneornil(L, idx)) return nul;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (!k || strcmp(k, "nul") != 0)
+      return luaL_error(L, "%s: unknown option '%s' (expected nul)", api,
+                        k ? k : luaL_typename(L, -2));
+    if (v && strcmp(v, "replace") == 0) nul = NUL_REPLACE;
+    else if (!v || strcmp(v, "error") != 0)
+      return luaL_error(L, "%s: nul must be \"error\" or \"replace\"", api);
+    lua_pop(L, 1);
+  }
+  return nul;
 }
 
 static int l_encode(lua_State *L) {
   char err[256];
   cJSON *j;
   char *s;
+  int nul;
   luaL_checkany(L, 1);
-  j = bt_lua_to_json(L, 1, err, sizeof(err));
+  nul = nul_option(L, 2, "baton.json.encode");
+  err[0] = '\0';
+  j = to_json(L, 1, 0, nul, err, sizeof(err));
   if (!j) return luaL_error(L, "baton.json.encode: %s", err);
   s = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
@@ -193,16 +267,31 @@ static int l_encode(lua_State *L) {
 }
 
 static int l_decode(lua_State *L) {
-  size_t n;
+  size_t n, nulat;
   const char *s = luaL_checklstring(L, 1, &n);
   const char *end = NULL;
-  cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+  char *fixed = NULL;
+  cJSON *j;
+  int nul = nul_option(L, 2, "baton.json.decode");
+  if ((nulat = bt_json_nul_at(s, n)) < n) {
+    char msg[96];
+    if (nul != NUL_REPLACE) {
+      snprintf(msg, sizeof(msg), "a NUL byte (\\u0000) at byte %zu", nulat + 1);
+      return bt_push_fail(L, BT_EINVAL, msg);
+    }
+    if (!(fixed = malloc(3 * n))) return bt_push_fail(L, BT_ENOMEM, NULL);
+    n = bt_json_nul_fix(s, n, fixed);
+    s = fixed;
+  }
+  j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
   if (!j) {
     size_t at = end && end >= s ? (size_t) (end - s) : 0;
     char msg[96];
     snprintf(msg, sizeof(msg), "invalid JSON at byte %zu", at + 1);
+    free(fixed);
     return bt_push_fail(L, BT_EINVAL, msg);
   }
+  free(fixed);
   bt_lua_push_json(L, j);
   cJSON_Delete(j);
   return 1;
