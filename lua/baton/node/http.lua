@@ -31,6 +31,10 @@ M.ETCD_FRESH = 5 -- seconds: /readyz trusts an etcd answer this recent
 M.PROBE_WAIT = 2 -- seconds /readyz waits for its own etcd probe
 
 local JSON = "application/json"
+-- Answers hold names and text read from etcd (a run id from a raw key, an
+-- error a job raised): a NUL byte there is sent as U+FFFD (baton.json), not
+-- a 500.
+local TEXT = { nul = "replace" }
 local CONTENT_TYPES = {
   html = "text/html; charset=utf-8", js = "text/javascript; charset=utf-8", css = "text/css; charset=utf-8",
 }
@@ -173,7 +177,7 @@ function API.jobs(self)
   h.jobs_building = false
   if not ok then error(list, 0) end
   if not list then return fail_of(soonest, code) end
-  local body = json.encode(list)
+  local body = json.encode(list, TEXT)
   h.jobs_cache = { stamp = stamp, expires = soonest, body = body }
   return 200, body
 end
@@ -475,7 +479,7 @@ local function serve(self, req)
   local function err(status, msg, code, route, extra)
     local hdr = { ["content-type"] = JSON, ["cache-control"] = "no-store" }
     for k, v in pairs(extra or {}) do hdr[k] = v end
-    return status, json.encode { error = msg, code = code }, hdr, route
+    return status, json.encode({ error = msg, code = code }, TEXT), hdr, route
   end
   if r == false then return err(400, "EINVAL: " .. p, "EINVAL", "other") end
   if not r then
@@ -512,7 +516,7 @@ local function serve(self, req)
   end
   local status, body, hdr = API[fn](self, req, p, q)
   hdr = hdr or { ["content-type"] = JSON, ["cache-control"] = "no-store" }
-  if type(body) ~= "string" then body = json.encode(body) end
+  if type(body) ~= "string" then body = json.encode(body, TEXT) end
   return status, body, hdr, r.name
 end
 
