@@ -16,6 +16,9 @@
 --      jobs after it load;
 --   6. a run given what JSON cannot hold at all (NaN among a
 --      job's shard_params): failed with the reason, not retried;
+--   7. kill -9 of the node while it records such failures: after the
+--      restart every poisoned task is recorded failed once and never run,
+--      every good task succeeded, no slot is left taken.
 local T = require "tap"
 local N = require "nodes"
 local json = baton.json
@@ -240,6 +243,79 @@ for _, id in ipairs(poisoned) do
   T.ok(x.state == "failed" and x.attempt == before[id], id:gsub("%z", "\\0") .. ": not run again after a restart")
 end
 T.is(count("ran/"), 3, "no task ran again")
+
+-- 7. kill -9 while the node records such failures: poisoned and good tasks
+-- interleaved, the node killed while it works through them.
+local good, bad = {}, {}
+for i = 1, 30 do
+  local id = ("k%02d"):format(i)
+  if i % 3 == 0 then good[#good + 1] = id; assert(e:put(qp .. id, "ok " .. i))
+  else bad[#bad + 1] = id; assert(e:put(qp .. id, "x\0" .. i)) end
+end
+N.wait(5, function() return #c:records("q") > #poisoned + 3 + 8 end)
+c:signal("a", "KILL")
+c.nodes.a:wait()
+c.nodes.a = nil
+-- (its registration goes with its lease, 3 s; then the name is free)
+T.ok(N.wait(15, function() return count("nodes/a") == 0 end), "the killed node's lease expired")
+c:start("a", 3, "--workers 2 --http 127.0.0.1:0")
+local all = {}
+for _, id in ipairs(good) do all[#all + 1] = id end
+for _, id in ipairs(bad) do all[#all + 1] = id end
+T.ok(ended("q", all, 60), "after kill -9 and a restart every task ended")
+local again = 0
+for _, id in ipairs(all) do
+  if ((rec_of("q", id) or {}).attempt or 0) > 1 then again = again + 1 end
+end
+T.note(("%d of the 30 runs were in flight when the node was killed"):format(again))
+local wrong = {}
+for _, id in ipairs(bad) do
+  local x = rec_of("q", id) or {}
+  if x.state ~= "failed" or not (x.error or ""):find("NUL byte", 1, true) then
+    wrong[#wrong + 1] = id .. "=" .. tostring(x.state) .. ":" .. tostring(x.error)
+  end
+  if assert(e:get(P .. "ran/" .. id)).kvs[1] then wrong[#wrong + 1] = id .. " ran" end
+end
+T.is(table.concat(wrong, " "), "", "every poisoned task: failed with the reason, never given to the job")
+wrong = {}
+for _, id in ipairs(good) do
+  local x = rec_of("q", id) or {}
+  if x.state ~= "succeeded" or not assert(e:get(P .. "ran/" .. id)).kvs[1] then
+    wrong[#wrong + 1] = id .. "=" .. tostring(x.state)
+  end
+end
+T.is(table.concat(wrong, " "), "", "every good task succeeded")
+T.is(count("queue/q/"), 0, "the queue is empty")
+T.ok(N.wait(10, function()
+  return metric("baton_worker_slots_taken") == 0 and metric('baton_workers{state="busy"}') == 0
+end), "/metrics: no slot taken, no worker busy")
+T.unlike(c:log("a"), "node task failed", "nothing raised in the node")
+
+-- 7b. The same, made certain: what a node killed between its claim of a
+-- poisoned task and the record of its end leaves (the record running,
+-- inflight/, the task; the lease-bound marker gone with the lease). The
+-- leader hands the run on, and the next attempt is recorded failed.
+local function orphan(id, value)
+  local key = qp .. id
+  local rec = { job = "q", fire = baton.now(), node = "gone", attempt = 1, state = "running",
+                started = baton.now(), code_revision = qrev, attempts = json.array {}, token = "gone:1:1",
+                task = key }
+  assert(e:txn { success = {
+    { put = { key = P .. "runs/q/" .. id, value = json.encode(rec, { nul = "replace" }) } },
+    { put = { key = P .. "inflight/q/" .. id, value = json.encode { node = "gone", attempt = 1, token = "gone:1:1" } } },
+    { put = { key = key, value = value } } } })
+end
+orphan("o1", "v\0")
+orphan("o\0x", "fine")
+T.ok(ended("q", { "o1", "o\0x" }, 30), "orphaned poisoned runs ended")
+for _, id in ipairs { "o1", "o\0x" } do
+  local x = rec_of("q", id) or {}
+  local name = id:gsub("%z", "\\0")
+  T.ok(x.state == "failed" and x.attempt == 2 and (x.error or ""):find("NUL byte", 1, true),
+    name .. ": the next attempt is recorded failed with the reason: " .. tostring(x.state) .. " " .. tostring(x.error))
+  T.is(count("ran/" .. id), 0, name .. ": never given to the job")
+end
+T.is(count("queue/q/"), 0, "their tasks left the queue, the one with a NUL in its key too")
 
 c:destroy()
 T.done()

@@ -285,7 +285,10 @@ end
 --     revision prev.pending (it is deleted here);
 --   * forbid/replace (unless opts.force): active/ must be free, or already
 --     held by this run; the claim takes it. When it is held by another
---     run, attempt 1 is recorded skipped instead, by the failure branch;
+--     run, attempt 1 is recorded skipped instead, by the failure branch. A
+--     next attempt holds it only if the run did (prev.rec.exclusive): the
+--     tasks of a queue, and runs forced, are claimed without it, and their
+--     next attempts must not wait for one another's active/;
 --   * the node's registration must still be on this node's session lease.
 -- opts.extra_compare / extra_success / skip_ops let triggers and queues add
 -- their own conditions. The same transaction reads the run's cancel/ key:
@@ -301,7 +304,7 @@ function M.claim(self, run, opts)
   local token = format("%s:%s:%d", self.name, s.lease, self.claims)
   local now = self.now()
   run.attempt = prev and (prev.rec.attempt or 0) + 1 or 1
-  local holds = exclusive(spec) and not opts.force
+  local holds = exclusive(spec) and not opts.force and (not prev or prev.rec.exclusive == true)
   local rec = {
     job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
     state = "running", started = now, code_revision = spec.revision,
