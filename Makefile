@@ -104,8 +104,8 @@ clean:
 #                           trailers, HEAD/204/304, read-to-close
 #   etcd  fuzz/etcd_fuzz.c  etcd gateway answers: error bodies, watch stream
 #                           lines, int64 fields, base64, endpoint lists
-#   json  fuzz/json_fuzz.c  NUL bytes in JSON strings (runtime/core/jsonnul.c),
-#                           the pass before cJSON in baton.json.decode
+#   json  fuzz/json_fuzz.c  NUL bytes in JSON text (runtime/core/jsonnul.c): the
+#                           passes baton.json.decode makes before cJSON
 # make fuzz-cron, fuzz-http, fuzz-etcd, fuzz-json run one. Each runs on its own corpus
 # build/fuzz/<target>/corpus (kept, not committed), seeded from
 # fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to

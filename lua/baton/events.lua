@@ -36,8 +36,9 @@
 --   2026-11-29T02:00:04.120Z~extract~2026-11-29T02:00:00Z~succeeded
 -- <time> is when the triggering run ended (UTC, milliseconds), so an event
 -- job's records sort by time like any job's; <id> is the triggering run's
--- id with "%", "/" and "~" written %25, %2F and %7E (a shard's "/" would
--- otherwise read as a shard of the event job). Instant, manual and queue
+-- id with "%", "/", "~" and NUL written %25, %2F, %7E and %00 (a shard's
+-- "/" would otherwise read as a shard of the event job; a NUL, which a run
+-- cannot be given, comes from a raw etcd key). Instant, manual and queue
 -- ids have no "~" (job names cannot either), so an event id never collides
 -- with them, and one run reaches one final state once: one id per event.
 --
@@ -48,6 +49,11 @@ local json = baton.json
 local output = require "baton.node.output"
 
 local format, floor, concat, sort = string.format, math.floor, table.concat, table.sort
+
+-- An event holds the triggering run's id and error, which may hold a NUL
+-- byte (a raw etcd key, what a job raised): written as U+FFFD (baton.json),
+-- so that the final record the event goes with is written.
+local TEXT = { nul = "replace" }
 
 local M = {}
 
@@ -87,7 +93,7 @@ end
 function M.id(at, job, id, state)
   local ms = floor(at * 1000)
   local t = os.date("!%Y-%m-%dT%H:%M:%S", floor(ms / 1000)) .. format(".%03dZ", ms % 1000)
-  local esc = id:gsub("[%%/~]", function(c) return format("%%%02X", c:byte()) end)
+  local esc = id:gsub("[%%/~%z]", function(c) return format("%%%02X", c:byte()) end)
   return concat({ t, job, esc, state }, "~")
 end
 
@@ -162,7 +168,7 @@ function M.add(P, run, rec, ops)
   end
   local at = type(rec.finished) == "number" and rec.finished or baton.now()
   local id = M.id(at, run.job, run.id, rec.state)
-  local value = json.encode { at = at, attempt = 1, reason = "event", fire = at, event = ev }
+  local value = json.encode({ at = at, attempt = 1, reason = "event", fire = at, event = ev }, TEXT)
   for _, name in ipairs(targets) do
     ops[#ops + 1] = { put = { key = P .. "pending/" .. name .. "/" .. id, value = value } }
   end
@@ -272,7 +278,7 @@ function M.skip(self, name, j, id, pmod, req, why)
   local rec = { job = name, fire = req.fire, node = self.name, attempt = 0, state = "skipped",
                 started = now, finished = now, error = why, code_revision = j.spec.revision,
                 event = req.event }
-  local ops = { { put = { key = run_key, value = json.encode(rec) } },
+  local ops = { { put = { key = run_key, value = json.encode(rec, TEXT) } },
                 { delete = { key = pending_key } },
                 -- (runs requires this module: asked for here, not at the top)
                 require("baton.node.runs").last_op(P, name, id, rec) }

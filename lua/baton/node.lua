@@ -250,15 +250,15 @@ local function on_trigger(self, key, value)
   local name = key:sub(#P + 9):match("^([^/]+)/")
   local j = name and self.jobs[name]
   if not j then return end
-  local ok, req = pcall(json.decode, value)
-  if not ok or type(req) ~= "table" then req = {} end
+  -- (one that spells a NUL byte is recorded failed, not run: runs.unfit)
+  local req, unfit = runs.read_request(value, "trigger")
   local at = tonumber(req.at) or self.now()
   local delay = claim_delay(self, name, j.spec, key)
   if delay == nil then return end
   if delay > 0 then baton.sleep(delay) end
   if self.stopping then return end
   local run = { job = name, id = util.manual_id(at), fire = at, spec = j.spec, manual = true,
-                params = type(req.params) == "table" and req.params or nil }
+                params = type(req.params) == "table" and req.params or nil, unfit = unfit }
   runs.start(self, run, {
     force = req.force == true,
     extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
@@ -396,8 +396,9 @@ end
 -- when rev was rejected).
 local function put_status(self, name, rev, err, running)
   status_op(self, { put = { key = self.P .. "status/" .. name .. "/" .. self.name,
-    value = json.encode { revision = rev, error = err or json.null, running = running,
-                          time = baton.now() } } })
+    -- (a load error may hold a NUL byte, from the job's code: U+FFFD)
+    value = json.encode({ revision = rev, error = err or json.null, running = running,
+                          time = baton.now() }, { nul = "replace" }) } })
 end
 
 -- What describing version kv of job name gave (stored.job: the spec, or
@@ -475,7 +476,7 @@ end
 
 local function put_policy_status(self, name, rev, err)
   self.e:put(self.P .. "policy-status/" .. name .. "/" .. self.name,
-             json.encode { revision = rev, error = err or json.null, time = baton.now() })
+             json.encode({ revision = rev, error = err or json.null, time = baton.now() }, { nul = "replace" }))
 end
 
 -- A policy put: load it into the node's deciding sandbox (stored.policy,

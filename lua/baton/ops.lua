@@ -988,6 +988,10 @@ function M.queue_push(queue, value)
     return fail(format("EINVAL: invalid queue name \"%s\" (%s)", tostring(queue), U.NAME_RULE), "EINVAL")
   end
   if type(value) ~= "string" then return fail("EINVAL: the task value must be a string", "EINVAL") end
+  if value:find("\0", 1, true) then
+    -- (a run is given text: node/runs.lua would record it failed, unfit)
+    return fail("EINVAL: a task cannot hold a NUL byte; nothing was stored", "EINVAL")
+  end
   local key = U.key("queue", queue, U.time_id())
   if #value > max_task(key) then return fail(too_big_task(#value), "EFBIG") end
   -- created only if absent: an id collision must not overwrite a task
@@ -1043,7 +1047,8 @@ function M.queue_tasks(text, name)
   local first = text:find("%S")
   local values, where = {}, nil
   if first and text:sub(first, first) == "[" then
-    local arr, jerr = json.decode(text)
+    -- (\u0000 read as U+FFFD, not cut short: refused below, naming the element)
+    local arr, jerr = json.decode(text, { nul = "replace" })
     -- The elements' own text, between the commas of the array's level.
     local spans, i, stop = {}, first + 1, nil
     if arr ~= nil and type(arr) == "table" then
@@ -1069,7 +1074,11 @@ function M.queue_tasks(text, name)
     for n, raw in ipairs(spans) do
       local v = arr[n]
       if type(v) == "string" then
-        -- (a decoded string ends at its first NUL: refuse rather than cut)
+        -- (a task holds no NUL byte: one spelled \u0000, decoded as U+FFFD,
+        -- or a raw one is refused rather than stored changed)
+        if raw:find("\0", 1, true) then
+          return fail(format("EINVAL: %s, element %d: a task cannot hold a NUL byte; nothing was stored", name, n), "EINVAL")
+        end
         for bs in raw:gmatch("(\\+)u0000") do
           if #bs % 2 == 1 then
             return fail(format("EINVAL: %s, element %d: a task cannot hold \\u0000; nothing was stored", name, n), "EINVAL")
@@ -1136,6 +1145,9 @@ function M.queue_push_many(queue, values, where)
       return fail(format("EINVAL: %s: a task value must be a string; nothing was stored", where(i)), "EINVAL")
     end
     if #v > max then return fail(too_big_task(#v, where(i) .. ": "), "EFBIG") end
+    if v:find("\0", 1, true) then
+      return fail(format("EINVAL: %s: a task cannot hold a NUL byte; nothing was stored", where(i)), "EINVAL")
+    end
   end
   local e = etcd()
   local salt, counter, last_ms = U.random_hex(4), 0, 0

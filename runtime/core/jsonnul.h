@@ -1,17 +1,25 @@
 /*
- * JSON text whose strings hold NUL bytes (\u0000), for cJSON, which ends
- * every string it parses at a NUL: before the parse, each \u0000 escape is
- * written as the escape of a private-use character the text does not hold
- * (the mark); after it, the mark is read back as a NUL in each string.
+ * NUL bytes in JSON text, for cJSON, which keeps its strings NUL-terminated:
+ * a string that holds a NUL cannot be printed, and one that JSON text spells
+ * with \u0000 would be cut there when parsed. Two ways around it, both used
+ * by baton.json (runtime/lua/lua_json.c):
  *
- *   char *copy, mark[4];
- *   size_t at;
- *   int rc = bt_json_nul_prepare(s, n, &copy, mark, &at);
- *   cJSON *j = cJSON_ParseWithLengthOpts(copy ? copy : s, n, NULL, 0);
- *   ... len = copy ? bt_json_nul_restore(str, mark) : strlen(str) ...
+ *   exact: before a parse, each \u0000 escape is written as the escape of a
+ *   private-use character the text does not hold (the mark); after it, the
+ *   mark is read back as a NUL in each string (bt_json_nul_prepare, _restore).
  *
- * Byte offsets in the copy are those of the text (an escape replaces an
- * escape of the same length), so a parse error names the right byte.
+ *     char *copy, mark[4];
+ *     size_t at;
+ *     int rc = bt_json_nul_prepare(s, n, &copy, mark, &at);
+ *     cJSON *j = cJSON_ParseWithLengthOpts(copy ? copy : s, n, NULL, 0);
+ *     ... len = copy ? bt_json_nul_restore(str, mark) : strlen(str) ...
+ *
+ *   Byte offsets in the copy are those of the text (an escape replaces an
+ *   escape of the same length), so a parse error names the right byte.
+ *
+ *   replaced: each NUL, spelled or raw, becomes U+FFFD, the Unicode
+ *   replacement character (bt_json_nul_at, _fix, _replace), for records of
+ *   what happened, where a marked byte beats a lost record.
  */
 #ifndef BATON_JSONNUL_H
 #define BATON_JSONNUL_H
@@ -32,5 +40,24 @@ int bt_json_nul_prepare(const char *s, size_t n, char **out, char mark[4], size_
  * a NUL byte, in place (the string gets shorter), and returns its length
  * in bytes, NUL bytes included. */
 size_t bt_json_nul_restore(char *s, const char mark[4]);
+
+
+/** U+FFFD in UTF-8. */
+#define BT_JSON_NUL_UTF8 "\xef\xbf\xbd"
+
+/** The offset in JSON text s (n bytes) of the first NUL a string parsed
+ * from it would hold: a raw 0 byte, or the backslash of an escape \u0000
+ * (an escaped backslash followed by u0000 is no such escape). n if none. */
+size_t bt_json_nul_at(const char *s, size_t n);
+
+/** Writes JSON text s (n bytes) to out with each NUL that bt_json_nul_at
+ * finds written as U+FFFD: \u0000 as \uFFFD, a raw 0 byte as its UTF-8.
+ * out holds 3 * n bytes at least. Returns the bytes written. */
+size_t bt_json_nul_fix(const char *s, size_t n, char *out);
+
+/** Writes the bytes s (n) to out with each 0 byte as the UTF-8 of U+FFFD;
+ * out holds 3 * n + 1 bytes at least, and is NUL-terminated. Returns the
+ * bytes written, without the terminator. */
+size_t bt_json_nul_replace(const char *s, size_t n, char *out);
 
 #endif

@@ -4,12 +4,14 @@
  * empty table is an object unless it carries baton.json.array's metatable;
  * baton.json.null stands for JSON null.
  *
- * decode gives strings exactly, a NUL byte (\u0000) included: cJSON ends
- * its strings at a NUL, so a text with \u0000 is parsed with each of them
- * written as a private-use character the text does not hold, which is
- * turned back into a NUL as the strings are pushed. encode refuses strings
- * with a NUL byte (callers store them as they are, and a NUL would end
- * them in C).
+ * NUL bytes (jsonnul.h): cJSON's strings end at a NUL. decode gives
+ * strings exactly, a NUL byte (\u0000) included: a text with \u0000 is
+ * parsed with each of them written as a private-use character the text
+ * does not hold, which is turned back into a NUL as the strings are
+ * pushed; a raw NUL byte in the text is invalid JSON. encode refuses a
+ * string or key that holds a NUL byte. With {nul = "replace"} each such
+ * NUL becomes U+FFFD instead, both ways: for records of what happened (an
+ * error, a name read from etcd), where a marked byte beats a lost record.
  */
 #include "lua_json.h"
 #include "jsonnul.h"
@@ -26,6 +28,9 @@
 #define NULL_KEY "baton.json.null"
 #define ARRAY_MT "baton.json.array"
 #define MAX_DEPTH 200
+
+/* How to_json treats a NUL byte in a string or key. */
+enum { NUL_ERROR, NUL_REPLACE };
 
 static void push_null(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, NULL_KEY);
@@ -100,7 +105,34 @@ static int array_len(lua_State *L, int idx) {
   return n == max ? n : -1;
 }
 
-static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
+/* A copy of the n bytes at s with each NUL as U+FFFD, NUL-terminated
+ * (malloc'd: the caller frees), or NULL when out of memory. */
+static char *nul_replaced(const char *s, size_t n) {
+  char *c = malloc(3 * n + 1);
+  if (c) bt_json_nul_replace(s, n, c);
+  return c;
+}
+
+/* A cJSON string of the n bytes at s (which hold a NUL) under nul, or
+ * NULL with err written. */
+static cJSON *nul_string(const char *s, size_t n, int nul, char *err, size_t len) {
+  char *c;
+  cJSON *j;
+  if (nul != NUL_REPLACE) {
+    snprintf(err, len, "cannot encode a string with a NUL byte");
+    return NULL;
+  }
+  if (!(c = nul_replaced(s, n))) {
+    snprintf(err, len, "out of memory");
+    return NULL;
+  }
+  j = cJSON_CreateString(c);
+  free(c);
+  if (!j) snprintf(err, len, "out of memory");
+  return j;
+}
+
+static cJSON *to_json(lua_State *L, int idx, int depth, int nul, char *err, size_t len) {
   cJSON *j = NULL;
   if (idx < 0) idx = lua_gettop(L) + idx + 1;
   if (depth > MAX_DEPTH) {
@@ -121,10 +153,7 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
   case LUA_TSTRING: {
     size_t n;
     const char *s = lua_tolstring(L, idx, &n);
-    if (memchr(s, '\0', n)) {
-      snprintf(err, len, "cannot encode a string with a NUL byte");
-      return NULL;
-    }
+    if (memchr(s, '\0', n)) return nul_string(s, n, nul, err, len);
     return cJSON_CreateString(s);
   }
   case LUA_TTABLE: {
@@ -147,7 +176,7 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
       for (i = 1; i <= n; i++) {
         cJSON *c;
         lua_rawgeti(L, idx, i);
-        c = to_json(L, -1, depth + 1, err, len);
+        c = to_json(L, -1, depth + 1, nul, err, len);
         lua_pop(L, 1);
         if (!c) {
           cJSON_Delete(j);
@@ -162,8 +191,21 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
     while (lua_next(L, idx)) {
       cJSON *c;
       const char *k;
-      if (lua_type(L, -2) == LUA_TSTRING) k = lua_tostring(L, -2);
-      else if (lua_type(L, -2) == LUA_TNUMBER) {
+      char *kc = NULL;
+      size_t kn;
+      if (lua_type(L, -2) == LUA_TSTRING) {
+        k = lua_tolstring(L, -2, &kn);
+        if (memchr(k, '\0', kn)) {
+          if (nul != NUL_REPLACE || !(kc = nul_replaced(k, kn))) {
+            snprintf(err, len, nul != NUL_REPLACE ? "cannot encode a key with a NUL byte"
+                                                  : "out of memory");
+            lua_pop(L, 2);
+            cJSON_Delete(j);
+            return NULL;
+          }
+          k = kc;
+        }
+      } else if (lua_type(L, -2) == LUA_TNUMBER) {
         snprintf(err, len, "cannot encode a sparse array or a table that "
                  "mixes array and object keys");
         lua_pop(L, 2);
@@ -175,13 +217,15 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
         cJSON_Delete(j);
         return NULL;
       }
-      c = to_json(L, -1, depth + 1, err, len);
+      c = to_json(L, -1, depth + 1, nul, err, len);
       if (!c) {
+        free(kc);
         lua_pop(L, 2);
         cJSON_Delete(j);
         return NULL;
       }
       cJSON_AddItemToObject(j, k, c);
+      free(kc);
       lua_pop(L, 1);
     }
     return j;
@@ -194,15 +238,39 @@ static cJSON *to_json(lua_State *L, int idx, int depth, char *err, size_t len) {
 
 cJSON *bt_lua_to_json(lua_State *L, int idx, char *err, size_t errlen) {
   err[0] = '\0';
-  return to_json(L, idx, 0, err, errlen);
+  return to_json(L, idx, 0, NUL_ERROR, err, errlen);
+}
+
+/* The nul option of the table at idx (json.encode's and json.decode's
+ * opts, may be absent): NUL_ERROR or NUL_REPLACE. Raises on anything else. */
+static int nul_option(lua_State *L, int idx, const char *api) {
+  int nul = NUL_ERROR;
+  if (lua_isnoneornil(L, idx)) return nul;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (!k || strcmp(k, "nul") != 0)
+      return luaL_error(L, "%s: unknown option '%s' (expected nul)", api,
+                        k ? k : luaL_typename(L, -2));
+    if (v && strcmp(v, "replace") == 0) nul = NUL_REPLACE;
+    else if (!v || strcmp(v, "error") != 0)
+      return luaL_error(L, "%s: nul must be \"error\" or \"replace\"", api);
+    lua_pop(L, 1);
+  }
+  return nul;
 }
 
 static int l_encode(lua_State *L) {
   char err[256];
   cJSON *j;
   char *s;
+  int nul;
   luaL_checkany(L, 1);
-  j = bt_lua_to_json(L, 1, err, sizeof(err));
+  nul = nul_option(L, 2, "baton.json.encode");
+  err[0] = '\0';
+  j = to_json(L, 1, 0, nul, err, sizeof(err));
   if (!j) return luaL_error(L, "baton.json.encode: %s", err);
   s = cJSON_PrintUnformatted(j);
   cJSON_Delete(j);
@@ -212,23 +280,33 @@ static int l_encode(lua_State *L) {
   return 1;
 }
 
-/* baton.json.decode(s) -> value, or nil, "EINVAL: invalid JSON at byte N",
- * "EINVAL". A raw NUL byte is invalid (JSON escapes it: \u0000). */
+/* baton.json.decode(s [, {nul = "replace"}]) -> value, or nil, "EINVAL:
+ * invalid JSON at byte N", "EINVAL". A raw NUL byte is invalid (JSON
+ * escapes it: \u0000), unless replaced. */
 static int l_decode(lua_State *L) {
   size_t n, at = 0;
   const char *s = luaL_checklstring(L, 1, &n);
   const char *end = NULL;
   char *copy = NULL, mark[4], msg[96];
   cJSON *j;
-  int rc = bt_json_nul_prepare(s, n, &copy, mark, &at);
-  if (rc == BT_EINVAL) {
-    snprintf(msg, sizeof(msg), "invalid JSON at byte %zu: a NUL byte (write it \\u0000)", at + 1);
-    return bt_push_fail(L, BT_EINVAL, msg);
+  int rc, nul = nul_option(L, 2, "baton.json.decode");
+  if (nul == NUL_REPLACE) {
+    /* every NUL, spelled or raw, as U+FFFD */
+    if (bt_json_nul_at(s, n) < n) {
+      if (!(copy = malloc(3 * n))) return bt_push_fail(L, BT_ENOMEM, NULL);
+      n = bt_json_nul_fix(s, n, copy);
+    }
+  } else {
+    rc = bt_json_nul_prepare(s, n, &copy, mark, &at);
+    if (rc == BT_EINVAL) {
+      snprintf(msg, sizeof(msg), "invalid JSON at byte %zu: a NUL byte (write it \\u0000)", at + 1);
+      return bt_push_fail(L, BT_EINVAL, msg);
+    }
+    if (rc == BT_ENOTSUP)
+      return bt_push_fail(L, BT_EINVAL, "cannot decode \\u0000 in a text that holds every "
+                          "private-use character");
+    if (rc < 0) return bt_push_fail(L, rc, NULL);
   }
-  if (rc == BT_ENOTSUP)
-    return bt_push_fail(L, BT_EINVAL, "cannot decode \\u0000 in a text that holds every "
-                        "private-use character");
-  if (rc < 0) return bt_push_fail(L, rc, NULL);
   j = cJSON_ParseWithLengthOpts(copy ? copy : s, n, &end, 0);
   if (!j) {
     const char *base = copy ? copy : s;
@@ -237,7 +315,7 @@ static int l_decode(lua_State *L) {
     snprintf(msg, sizeof(msg), "invalid JSON at byte %zu", at + 1);
     return bt_push_fail(L, BT_EINVAL, msg);
   }
-  push_json(L, j, copy ? mark : NULL);
+  push_json(L, j, copy && nul != NUL_REPLACE ? mark : NULL);
   free(copy);
   cJSON_Delete(j);
   return 1;

@@ -1,5 +1,5 @@
 /*
- * Replays the JSON NUL pass's fuzz target (fuzz/json_fuzz.c) on its seeds
+ * Replays the JSON NUL fuzz target (fuzz/json_fuzz.c) on its seeds
  * (fuzz/corpus/json/) and on every input it ever failed on
  * (fuzz/regressions/json/). See fuzz-replay.h.
  */

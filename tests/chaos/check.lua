@@ -103,6 +103,7 @@ local KINDS = {
   { "early", "7  starts more than 0.1 s before the instant" },
   { "failover", "8  failover slower than TTL + 1 s (+ election allowance) or missing" },
   { "node_exit", "9  nodes that exited by themselves" },
+  { "poison", "10 poisoned queue tasks run, or not recorded failed" },
 }
 local V = {}
 local function violation(kind, msg, ...)
@@ -490,7 +491,17 @@ if queue_job then
         pushed = pushed + 1
         due_by_job[queue_job] = (due_by_job[queue_job] or 0) + 1
         local key = queue_job .. "/" .. t.id
-        if not records[key] and not ex_by_key[key] then
+        local rec = records[key]
+        if t.poison then
+          if ex_by_key[key] then
+            violation("poison", "queue task %s (a NUL byte in its value): executed", t.id)
+          elseif not rec or rec.state ~= "failed" or not tostring(rec.error):find("NUL byte", 1, true) then
+            violation("poison", "queue task %s (a NUL byte in its value): recorded %s (%s), not failed for it",
+                      t.id, rec and tostring(rec.state) or "nothing", rec and tostring(rec.error) or "-")
+          else
+            note("poisoned queue tasks recorded failed")
+          end
+        elseif not records[key] and not ex_by_key[key] then
           violation("miss", "queue task %s (pushed at %+.1f s): never done", t.id, rel(t.mono))
         else
           check_run(key, jobs[queue_job], "task")

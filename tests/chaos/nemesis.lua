@@ -6,7 +6,9 @@
 --      starts the nodes, each under libfaketime and through its own proxy;
 --   2. draws the fault schedule from the seed (schedule.json) and plays it,
 --      logging what it really did and when (faults.jsonl, monotonic times);
---      meanwhile it pushes queue tasks at a steady rate (queue.jsonl);
+--      meanwhile it pushes queue tasks at a steady rate (queue.jsonl),
+--      every fifth a poisoned one (a NUL byte in its value: it must be
+--      recorded failed and never run);
 --   3. heals everything, waits a quiet period, dumps the run records and
 --      the coordination keys (records.jsonl, state.json), stops the nodes,
 --      lists processes left behind, and writes meta.json for the checker.
@@ -46,7 +48,7 @@ local END_MARGIN = 10   -- s before the dump: the checked window ends (runs sett
 
 local function append(path, t)
   local f = assert(io.open(path, "a"))
-  f:write(json.encode(t) .. "\n")
+  f:write(json.encode(t, { nul = "replace" }) .. "\n")
   f:close()
 end
 
@@ -536,13 +538,16 @@ baton.go(function()
   local seq = 0
   while baton.monotime() < push_end do
     seq = seq + 1
-    local id = ("t%05d"):format(seq)
+    -- (every fifth poisoned: a run cannot be given a NUL byte, docs/jobs.md)
+    local poison = seq % 5 == 0
+    local id = (poison and "p%05d" or "t%05d"):format(seq)
     local key = P .. "queue/orders/" .. id
     local m0 = baton.monotime()
+    local value = poison and ("poison\0" .. seq) or json.encode { seq = seq }
     local r, err = e:txn { compare = { { key = key, target = "create", op = "==", value = 0 } },
-                           success = { { put = { key = key, value = json.encode { seq = seq } } } } }
+                           success = { { put = { key = key, value = value } } } }
     append(D .. "/queue.jsonl", { id = id, mono = m0, done = baton.monotime(),
-                                  ok = (r and r.succeeded) or false,
+                                  ok = (r and r.succeeded) or false, poison = poison or nil,
                                   error = err and tostring(err) or nil })
     baton.sleep(math.max(0, m0 + 0.5 - baton.monotime()))
   end
@@ -562,8 +567,8 @@ local recs = assert(e:get(P .. "runs/", { prefix = true }))
 do
   local f = assert(io.open(D .. "/records.jsonl", "w"))
   for _, kv in ipairs(recs.kvs) do
-    f:write(json.encode { key = kv.key:sub(#P + 1), create_revision = kv.create_revision,
-                          mod_revision = kv.mod_revision, value = kv.value }, "\n")
+    f:write(json.encode({ key = kv.key:sub(#P + 1), create_revision = kv.create_revision,
+                          mod_revision = kv.mod_revision, value = kv.value }, { nul = "replace" }), "\n")
   end
   f:close()
 end

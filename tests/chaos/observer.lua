@@ -26,7 +26,7 @@ out:setvbuf("line")
 
 local function emit(t)
   t.mono = t.mono or baton.monotime()
-  out:write(json.encode(t), "\n")
+  out:write(json.encode(t, { nul = "replace" }), "\n") -- (poisoned queue tasks hold a NUL)
 end
 
 local members = {}

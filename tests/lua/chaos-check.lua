@@ -114,6 +114,10 @@ local function clean(w, skip)
            gone = M0 + 5.31 })
   record(w, "orders/t1", { state = "succeeded", attempt = 1,
                            attempts = { { attempt = 1, fence = fence, state = "succeeded" } } })
+  -- a poisoned task (a NUL byte in its value): recorded failed, never run
+  w.line("queue.jsonl", { id = "p1", mono = M0 + 5.5, ok = true, poison = true })
+  record(w, "orders/p1", { state = "failed", attempt = 1, error = "cannot be run: its task's value holds a "
+    .. "NUL byte (byte 7); a run is given text without NUL bytes", attempts = { { attempt = 1, state = "failed" } } })
   w.line("observer.jsonl", { type = "status", member = 1, term = 2, leader = "9", mono = M0 })
   w.line("faults.jsonl", { kind = "node-start", node = "n1", life = 1, mono = M0 - 1, t = -1 })
   w.line("nodes/n1.log", { msg = "node started", lease = "Ln1", node = "n1", ts = "x" })
@@ -152,7 +156,7 @@ do
   local r = check(dir)
   T.is(r.code, 0, "a clean run passes")
   T.like(r.stdout, "result%s+PASS", "and says PASS")
-  T.like(r.stdout, "due in window%s+18 instants %+ 1 queue tasks", "instants and tasks due are counted")
+  T.like(r.stdout, "due in window%s+18 instants %+ 2 queue tasks", "instants and tasks due are counted")
   if r.code ~= 0 then T.diag(r.stdout .. r.stderr) end
   baton.exec { "rm", "-rf", dir }
 end
@@ -230,6 +234,10 @@ do
   record(w, "labelled/" .. iso(12), { state = "succeeded", attempt = 1, node = "n1", attempts = {} })
   -- 2: queue task t2 pushed, never done
   w.line("queue.jsonl", { id = "t2", mono = M0 + 6, ok = true })
+  -- 10: poisoned task p2 executed
+  w.line("queue.jsonl", { id = "p2", mono = M0 + 6.5, ok = true, poison = true })
+  run(w, { job = "orders", id = "p2", node = "n3", fence = 520, from = M0 + 6.6, to = M0 + 6.8, gone = M0 + 6.81 })
+  ok1("orders/p2", 520)
   -- 9: n4 exited by itself
   w.line("faults.jsonl", { kind = "node-exit", node = "n4", life = 1, code = 1, age = 10, started = true,
                            mono = M0 + 11, t = 11 })
@@ -241,8 +249,8 @@ do
   local r, counts = check(dir)
   T.is(r.code, 1, "a run with violations fails (exit 1)")
   local want = { ["1"] = 2, ["2"] = 2, ["2b"] = 1, ["2c"] = 1, ["3"] = 1, ["4"] = 1, ["5"] = 1,
-                 ["5b"] = 1, ["6"] = 1, ["7"] = 1, ["8"] = 1, ["9"] = 1 }
-  for _, code in ipairs { "1", "2", "2b", "2c", "3", "4", "5", "5b", "6", "7", "8", "9" } do
+                 ["5b"] = 1, ["6"] = 1, ["7"] = 1, ["8"] = 1, ["9"] = 1, ["10"] = 1 }
+  for _, code in ipairs { "1", "2", "2b", "2c", "3", "4", "5", "5b", "6", "7", "8", "9", "10" } do
     T.is(counts[code], want[code], "violations of kind " .. code .. ": " .. want[code])
   end
   local function has(str, name) return T.ok(r.stdout:find(str, 1, true), name) end
@@ -258,7 +266,8 @@ do
   T.like(r.stdout, "attempt 2 claimed [%d.]+ s later, started 6%.00 s later on n1 %(limit 4%.0 s%)",
          "the slow failover, against TTL + 1 s")
   T.like(r.stdout, "2 lost attempts re%-run: p50 3%.50 s, max 6%.00 s", "failover p50 and max")
-  T.like(r.stdout, "FAIL: 14 violations %(seed 1%)", "the total and the seed")
+  T.like(r.stdout, "queue task p2 %(a NUL byte in its value%): executed", "the poisoned task run is named")
+  T.like(r.stdout, "FAIL: 15 violations %(seed 1%)", "the total and the seed")
   if r.code ~= 1 or counts["1"] ~= 2 then T.diag(r.stdout .. r.stderr) end
   baton.exec { "rm", "-rf", dir }
 end

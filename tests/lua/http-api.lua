@@ -408,6 +408,9 @@ do
     "201: queue and key")
   T.is(r.json and r.json.key and assert(e:get(r.json.key)).kvs[1].value, '{"id":7}', "the task stored as given")
   T.is(api("POST", "/api/v1/queues/bad%20q/tasks", { body = "x" }).status, 400, "an invalid queue name: 400")
+  r = api("POST", "/api/v1/queues/orders/tasks", { body = "a\0b" })
+  T.is(r.status, 400, "a task with a NUL byte: 400")
+  T.like(r.json and r.json.error or "", "^EINVAL: a task cannot hold a NUL byte; nothing was stored$", "400: says why")
   T.is(api("POST", "/api/v1/queues/orders/tasks", { body = ("x"):rep(1600 * 1024) }).status, 413,
     "a task over etcd's request limit: 413")
   r = api("POST", "/api/v1/queues/orders/tasks", { body = "y", token = false,

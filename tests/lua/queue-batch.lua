@@ -115,6 +115,10 @@ local bad = {
     "^baton: queue push bad: ENOENT: " .. lit(c.dir) .. "/nope: No such file or directory\n$" },
   { "NUL in a string", { "bad", "-" }, '["a\\u0000b"]',
     "^baton: queue push bad: EINVAL: standard input, element 1: a task cannot hold \\u0000; nothing was stored\n$" },
+  { "a raw NUL in an element", { "bad", "-" }, '["ok", "a\0b"]',
+    "^baton: queue push bad: EINVAL: standard input, element 2: a task cannot hold a NUL byte; nothing was stored\n$" },
+  { "a NUL byte in a line", { "bad", "-" }, "first\nse\0cond\n",
+    "^baton: queue push bad: EINVAL: standard input, line 2: a task cannot hold a NUL byte; nothing was stored\n$" },
 }
 for _, b in ipairs(bad) do
   r = push(b[2], b[3])

@@ -64,6 +64,23 @@ T.error_like(function() j.encode { [1] = 1, [3] = 3 } end, "sparse array", "spar
 local cyc = {}
 cyc.self = cyc
 T.error_like(function() j.encode(cyc) end, "too deep", "a cycle raises")
+-- NUL bytes: cJSON's strings end at one, so they are refused by default
+-- (where a key used to be cut at it, and a decoded string too), or written
+-- as U+FFFD with nul = "replace".
+local FFFD = "\239\191\189"
+T.error_like(function() j.encode { s = "a\0b" } end, "cannot encode a string with a NUL byte", "a NUL in a string raises")
+T.error_like(function() j.encode { ["a\0b"] = 1 } end, "cannot encode a key with a NUL byte", "a NUL in a key raises")
+T.is(j.encode({ ["k\0"] = { "a\0b", "\0" } }, { nul = "replace" }), '{"k' .. FFFD .. '":["a' .. FFFD .. 'b","' .. FFFD .. '"]}',
+  "nul = replace: U+FFFD in strings and keys")
+T.is(j.encode({ "plain" }, { nul = "error" }), '["plain"]', "nul = error is the default")
+T.error_like(function() j.encode("x", { nul = "drop" }) end, 'nul must be "error" or "replace"', "a bad nul raises")
+T.error_like(function() j.encode("x", { nlu = "replace" }) end, "unknown option 'nlu'", "an unknown option raises")
+T.is_deeply(j.decode '{"p\\u0000":"a\\u0000b"}', { ["p\0"] = "a\0b" },
+  "decoding \\u0000 gives a NUL byte, in keys and strings, not a cut string")
+T.is(j.decode '"a\\\\u0000b"', "a\\u0000b", "an escaped backslash before u0000 is no NUL")
+T.is(select(3, j.decode '"a\0b"'), "EINVAL", "a raw NUL byte fails")
+T.is_deeply(j.decode('{"p\\u0000":"a\\u0000b","q":"x\0"}', { nul = "replace" }),
+  { ["p" .. FFFD] = "a" .. FFFD .. "b", q = "x" .. FFFD }, "nul = replace: U+FFFD for \\u0000 and raw NULs")
 
 -- how eval ends
 local function script(src)

@@ -45,7 +45,8 @@ local policies = {} -- handle -> module
 
 local function reply(t)
   t.mem = S.limit(0)
-  local ok, line = pcall(json.encode, t)
+  -- (an error a file raised may hold a NUL byte: U+FFFD there)
+  local ok, line = pcall(json.encode, t, { nul = "replace" })
   if not ok then
     line = json.encode { id = t.id, ok = false, code = "EINVAL", error = "EINVAL: " .. tostring(line) }
   end

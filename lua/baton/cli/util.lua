@@ -279,9 +279,10 @@ function M.print_fields(list, out)
   end
 end
 
--- JSON on one line, to stdout.
+-- JSON on one line, to stdout. (What it shows comes from etcd: a NUL byte
+-- in a run id from a raw key, say, is printed as U+FFFD, baton.json.)
 function M.print_json(v)
-  io.stdout:write(baton.json.encode(v), "\n")
+  io.stdout:write(baton.json.encode(v, { nul = "replace" }), "\n")
 end
 
 -- etcd's default limit on the size of a request (--max-request-bytes).

@@ -21,7 +21,8 @@
 -- runs instead of making one of its own. While the node is frozen it waits
 -- (the run is ended if the node's lease may have expired); should the node
 -- be gone, it fails (the claim goes with the node's session). A larger put,
--- and the run's kept output, the worker writes itself, with the same
+-- one with a NUL byte (which the channel's JSON cannot carry), and the
+-- run's kept output, the worker writes itself, with the same
 -- compare: a job's bulk stays out of the conductor, which nothing a job
 -- does may stall (docs/architecture.md, "A run's output").
 --
@@ -71,6 +72,12 @@ local RELAY_MAX = 8 * 1024
 -- this worker's memory limit (bytes; node/pool.lua), or nil
 local MEMORY = tonumber(os.getenv("BATON_RUN_MEMORY"))
 
+-- Messages to the node are JSON text, which holds no NUL byte: one in an
+-- error (or in anything else said there) is sent as U+FFFD (baton.json),
+-- never raised, so that the node always gets its reply. (A fenced put
+-- whose key or value holds one does not go through the node: ctx:put_fenced.)
+local TEXT = { nul = "replace" }
+
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
@@ -87,7 +94,7 @@ local function relay_txn(run, ops)
   local n = relay.n
   local w = { cond = baton._cond() }
   relay.waiting[n] = w
-  local ok, err = relay.ch:send(json.encode { txn = { n = n, ops = ops, run = runs.attempt_key(run) } })
+  local ok, err = relay.ch:send(json.encode({ txn = { n = n, ops = ops, run = runs.attempt_key(run) } }, TEXT))
   if ok then w.cond:wait() end
   relay.waiting[n] = nil
   if not ok then return nil, "ELOST: the node is gone: " .. tostring(err), "ELOST" end
@@ -333,7 +340,8 @@ local function context(run, state, kept, values, list, nlog)
       error("put_fenced: string key and value expected", 2)
     end
     local r, err, code
-    if #k + #v <= RELAY_MAX then
+    -- (bytes the channel's JSON cannot carry, NUL, go straight to etcd)
+    if #k + #v <= RELAY_MAX and not k:find("\0", 1, true) and not v:find("\0", 1, true) then
       r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
     else
       r, err, code = baton.etcd:txn {
@@ -444,7 +452,7 @@ end
 -- its JSON (error({code = 1}) is recorded as {"code":1}).
 local function error_text(v)
   if type(v) == "string" then return v end
-  local ok, text = pcall(json.encode, v)
+  local ok, text = pcall(json.encode, v, TEXT)
   return ok and text or tostring(v)
 end
 
@@ -616,7 +624,7 @@ return function()
           armed:signal()
         end
         state.busy = false
-        ch:send(json.encode(reply))
+        ch:send(json.encode(reply, TEXT))
         if reply.retire then
           if next(state.handoffs) then settled:wait() end
           baton.exit(0)

@@ -55,9 +55,11 @@ local function others(self)
 end
 
 -- This node's claim (or skip record) of run id of job succeeded: posted
--- within EVERY seconds.
+-- within EVERY seconds. (Not an id with a NUL byte, from a raw etcd key:
+-- a post is JSON text, where it would be changed into another id; unposted,
+-- the later nodes read, as they do when a post is lost.)
 function B:note(job, id)
-  if not others(self.node) then return end
+  if not others(self.node) or id:find("\0", 1, true) then return end
   local list = self.notes[job]
   if not list then list = {}; self.notes[job] = list end
   list[#list + 1] = id
@@ -109,7 +111,7 @@ function B:take()
     end
   end
   self.n = self.n - n
-  return json.encode { runs = runs_ }
+  return json.encode({ runs = runs_ }, { nul = "replace" }) -- (B:note: none holds a NUL)
 end
 
 -- Posts what was noted, every EVERY seconds at most, while the node runs.

@@ -40,6 +40,10 @@ M.ETCD_FRESH = 5 -- seconds: /readyz trusts an etcd answer this recent
 M.PROBE_WAIT = 2 -- seconds /readyz waits for its own etcd probe
 
 local JSON = "application/json"
+-- Answers hold names and text read from etcd (a run id from a raw key, an
+-- error a job raised): a NUL byte there is sent as U+FFFD (baton.json), not
+-- a 500.
+local TEXT = { nul = "replace" }
 
 -- On every answer (the server's own 413 and 503 too): the dashboard's
 -- files come from this node only, nothing runs inline, no page may frame
@@ -248,7 +252,7 @@ function API.jobs(self)
   h.jobs_building = false
   if not ok then error(list, 0) end
   if not list then return fail_of(soonest, code) end
-  local body = json.encode(list)
+  local body = json.encode(list, TEXT)
   h.jobs_cache = { stamp = stamp, expires = soonest, body = body }
   return 200, body
 end
@@ -532,7 +536,7 @@ local STATIC = { ["/"] = "index.html", ["/index.html"] = "index.html", ["/app.js
 local function refuse(status, msg, code, route, extra)
   local hdr = { ["content-type"] = JSON, ["cache-control"] = "no-store" }
   for k, v in pairs(extra or {}) do hdr[k] = v end
-  return status, json.encode { error = msg, code = code }, hdr, route
+  return status, json.encode({ error = msg, code = code }, TEXT), hdr, route
 end
 
 -- The name in a Host header value, lower-cased ("[::1]" keeps its
@@ -676,7 +680,7 @@ local function serve(self, req)
   end
   status, body, hdr = API[plan.fn](self, req, plan.params, plan.query)
   hdr = hdr or { ["content-type"] = JSON, ["cache-control"] = "no-store" }
-  if type(body) ~= "string" then body = json.encode(body) end
+  if type(body) ~= "string" then body = json.encode(body, TEXT) end
   return status, body, hdr, plan.route.name
 end
 

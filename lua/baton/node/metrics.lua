@@ -396,6 +396,8 @@ function M.for_node()
   m.workers_max = m:gauge("baton_workers_max", "Runs this node executes at once at most (--workers).")
   m.waiting = m:gauge("baton_runs_waiting",
     "Runs waiting on this node for a free worker slot.")
+  m.slots = m:gauge("baton_worker_slots_taken",
+    "Worker slots (--workers) taken now on this node: by a run being claimed or executing.")
   m.jobs = m:gauge("baton_jobs",
     "Jobs on this node: loaded, broken (the newest version was rejected) and paused (of those loaded).",
     { "state" })
@@ -537,6 +539,7 @@ function M.render(self)
   m.workers:set({ state = "idle" }, idle)
   m.workers_max:set(nil, self.max_workers or 0)
   m.waiting:set(nil, waiting)
+  m.slots:set(nil, pool and tonumber(pool.slots) or 0) -- (each taken by a run, or handed to a waiter)
   local loaded, paused, broken = 0, 0, 0
   for _, j in pairs(self.jobs or {}) do
     loaded = loaded + 1

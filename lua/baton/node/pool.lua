@@ -24,6 +24,13 @@ local json = baton.json
 
 local IDLE_STOP = 60
 
+-- Messages to a worker carry text read from etcd or said by a job (an
+-- error): a NUL byte there is sent as U+FFFD (baton.json), never raised.
+-- (What a run is given must hold none: runs.lua refuses such a run first.)
+local TEXT = { nul = "replace" }
+
+local function pack(...) return { n = select("#", ...), ... } end
+
 local Pool = {}
 Pool.__index = Pool
 
@@ -83,6 +90,25 @@ end
 -- Frees a slot: the longest waiter takes it over.
 function Pool:release()
   if self.closed or not self.freed:signal() then self.slots = self.slots - 1 end
+end
+
+-- Calls fn(release, ...) holding a run slot (waiting for one as acquire
+-- does, fire as there), and gives the slot back however fn ends: when it
+-- returns or raises, unless it gave it back earlier by calling release()
+-- (only the first call counts). This is the one place that holds a slot
+-- across code that may fail: the slot cannot leak. Returns false (fn is
+-- not called) once the pool is closed, else true and what fn returned; an
+-- error fn raised is raised again, with its traceback, once the slot is back.
+function Pool:with_slot(fire, fn, ...)
+  if not self:acquire(fire) then return false end
+  local held = true
+  local function release()
+    if held then held = false; self:release() end
+  end
+  local r = pack(xpcall(fn, debug.traceback, release, ...))
+  release()
+  if not r[1] then error(r[2], 0) end
+  return true, unpack(r, 2, r.n)
 end
 
 -- The node is stopping: every waiter gives up, idle workers exit.
@@ -260,7 +286,7 @@ local function relay_txn(self, w, req, run)
       a = { error = "ELOST: the run is no longer this worker's", code = "ELOST" }
     end
     a.txn_done = req.n
-    w.ch:send(json.encode(a))
+    w.ch:send(json.encode(a, TEXT))
   end)
 end
 
@@ -286,7 +312,8 @@ end
 
 -- Runs msg (the run for the worker) on w. Returns the worker's reply, or
 -- nil and the process's exit ({code, signal}) if the worker ended first, or
--- nil and "timeout" if timeout seconds passed (the worker still runs).
+-- nil and "timeout" if timeout seconds passed (the worker still runs), or
+-- nil and {unsendable = why} if msg cannot be sent (it was not).
 -- run (optional): {key = job/id/attempt, txn = function(ops)} makes the
 -- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
 -- answers {succeeded = bool} or {error =, code =}.
@@ -299,7 +326,11 @@ function Pool:call(w, msg, timeout, run)
     msg.secrets, msg.secrets_error = s.secrets, s.secrets_error
     w.restricted = w.restricted or s.restricted
   end
-  local ok, err = w.ch:send(json.encode { run = msg })
+  -- (a message JSON cannot hold, a function or NaN from the job's file: nil
+  -- and {unsendable = why}, the worker told nothing)
+  local eok, text = pcall(json.encode, { run = msg }, TEXT)
+  if not eok then return nil, { unsendable = tostring(text):gsub("^baton%.json%.encode: ", "") } end
+  local ok, err = w.ch:send(text)
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
   return reply_of(self, w, timeout, run)
 end

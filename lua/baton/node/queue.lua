@@ -159,10 +159,12 @@ local function dispatch(self, q, qs)
       -- Wait for a free slot, then let it go to run_task, which starts at
       -- once (runs.start takes a free slot without waiting); go on when it
       -- has, so that this loop never holds more than one task in hand.
-      if not self.pool:acquire() then return end
-      t = first(qs)
-      name, j = consumer(self, q, qs)
-      self.pool:release()
+      if not self.pool:with_slot(nil, function()
+        t = first(qs)
+        name, j = consumer(self, q, qs)
+      end) then
+        return
+      end
       if t and name and not j.paused and t.ready <= baton.monotime() and not self.stopping then
         heap.pop(qs.heap, before)
         qs.tasks[t.key] = nil

@@ -46,6 +46,13 @@ local format = string.format
 
 local M = {}
 
+-- Records, markers and pending entries hold text read from etcd (a task's
+-- key, a run id from a raw key) or said by a job (its error): a NUL byte
+-- there is written as U+FFFD (baton.json's nul = "replace"), so that the
+-- write cannot fail and the run is recorded; what a run is given must
+-- hold none (M.unfit).
+local TEXT = { nul = "replace" }
+
 local function log(level, msg, fields) baton.log[level](msg, fields) end
 
 function M.keys(P, job, id)
@@ -69,9 +76,9 @@ end
 -- The value of P last/<job> for the record rec of run id: the id first,
 -- so that values compare as the run keys do (M.last_op).
 function M.last_value(id, rec)
-  local rest = json.encode { state = rec.state, fire = rec.fire, started = rec.started,
-                             finished = rec.finished, node = rec.node, attempt = rec.attempt }
-  return '{"run":' .. json.encode(id) .. (rest == "{}" and "}" or ("," .. rest:sub(2)))
+  local rest = json.encode({ state = rec.state, fire = rec.fire, started = rec.started,
+                              finished = rec.finished, node = rec.node, attempt = rec.attempt }, TEXT)
+  return '{"run":' .. json.encode(id, TEXT) .. (rest == "{}" and "}" or ("," .. rest:sub(2)))
 end
 
 -- The operation that makes P last/<job> say record rec of run id, unless it
@@ -86,7 +93,7 @@ function M.last_op(P, job, id, rec, exists)
   local key, value = P .. "last/" .. job, M.last_value(id, rec)
   local put = { { put = { key = key, value = value } } }
   return { txn = {
-    compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id):sub(1, -2) .. "#" } },
+    compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id, TEXT):sub(1, -2) .. "#" } },
     success = put,
     failure = not exists and { { txn = { compare = { { key = key, target = "create", op = "==", value = 0 } },
                                          success = put } } } or nil,
@@ -112,7 +119,7 @@ end
 
 -- The value of a cancel/ key: why the run is stopped, and who asked.
 function M.cancel_value(reason, by)
-  return json.encode { reason = reason, by = by, at = baton.now() }
+  return json.encode({ reason = reason, by = by, at = baton.now() }, TEXT)
 end
 
 -- A cancel/ key's value as {reason=, by=}. (A value that is not JSON is
@@ -137,6 +144,55 @@ local function run_params(spec, given)
     end
   end
   return any and p or nil
+end
+
+-- Where string v holds a NUL byte: "<what> holds a NUL byte (byte N)", or
+-- nil; in a table (its keys and values, nested ones too) likewise.
+local function nul_in(v, what, depth)
+  if type(v) == "string" then
+    local i = v:find("\0", 1, true)
+    return i and format("%s holds a NUL byte (byte %d)", what, i)
+  end
+  depth = depth or 0
+  if type(v) ~= "table" or depth > 20 then return nil end -- (deeper: JSON refuses it anyway)
+  for k, x in pairs(v) do
+    if type(k) == "string" and k:find("\0", 1, true) then
+      return format("a name in %s holds a NUL byte", what)
+    end
+    local why = nul_in(x, format("%s %s", what, tostring(k)), depth + 1)
+    if why then return why end
+  end
+end
+
+-- Why run (attempt rec) cannot be given to a worker, or nil. What a run is
+-- given (its id, its task, its parameters, its event, its shard) is the
+-- job's data, and goes to the worker as JSON text, which holds no NUL
+-- byte: such a run is not run with its data changed (nor with a part of
+-- it dropped) but recorded failed with this reason, and not retried (it
+-- would fail the same way). run.unfit is a reason found earlier (a request
+-- that spelled a NUL: M.read_request).
+function M.unfit(run, rec)
+  local why = run.unfit or nul_in(run.id, "its id")
+    or nul_in(run.task and run.task.key, "its task's key")
+    or nul_in(run.task and run.task.value, "its task's value")
+    or nul_in(rec.params, "param")
+    or nul_in(run.event, "its event's")
+    or nul_in(run.shard, "its shard's")
+  return why and ("cannot be run: " .. why .. "; a run is given text without NUL bytes")
+end
+
+-- A request read from etcd (the JSON value of a trigger or a pending
+-- entry) as a table ({} when it is not one) and, when its JSON spells a
+-- NUL byte (\u0000), why the run it asks for cannot be run (M.unfit): the
+-- request is then read with U+FFFD for each NUL, for the record, so that
+-- its parameters are neither passed on changed nor dropped in silence.
+-- what names it in that reason.
+function M.read_request(value, what)
+  local req = json.decode(value or "")
+  if type(req) == "table" then return req end
+  req = json.decode(value or "", TEXT)
+  if type(req) == "table" then return req, format("its %s holds a NUL byte (\\u0000)", what) end
+  return {}
 end
 
 -- Session s (default: the node's) if the node may still write on it: the
@@ -215,7 +271,7 @@ local function skip_txn(self, run, s, why, opts)
     shard = run.shard and run.shard.index or nil, params = run_params(spec, run.params),
     event = run.event, error = why }
   local last = M.last_op(P, run.job, run.id, skipped, j and j.last_known)
-  local ops = { { put = { key = k.run, value = json.encode(skipped) } }, last }
+  local ops = { { put = { key = k.run, value = json.encode(skipped, TEXT) } }, last }
   for _, op in ipairs(opts.skip_ops or {}) do ops[#ops + 1] = op end
   events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) }, skipped, ops)
   return { compare = cmp, success = ops, failure = what_is_there(k) },
@@ -229,7 +285,10 @@ end
 --     revision prev.pending (it is deleted here);
 --   * forbid/replace (unless opts.force): active/ must be free, or already
 --     held by this run; the claim takes it. When it is held by another
---     run, attempt 1 is recorded skipped instead, by the failure branch;
+--     run, attempt 1 is recorded skipped instead, by the failure branch. A
+--     next attempt holds it only if the run did (prev.rec.exclusive): the
+--     tasks of a queue, and runs forced, are claimed without it, and their
+--     next attempts must not wait for one another's active/;
 --   * the node's registration must still be on this node's session lease.
 -- opts.extra_compare / extra_success / skip_ops let triggers and queues add
 -- their own conditions. The same transaction reads the run's cancel/ key:
@@ -245,7 +304,7 @@ function M.claim(self, run, opts)
   local token = format("%s:%s:%d", self.name, s.lease, self.claims)
   local now = self.now()
   run.attempt = prev and (prev.rec.attempt or 0) + 1 or 1
-  local holds = exclusive(spec) and not opts.force
+  local holds = exclusive(spec) and not opts.force and (not prev or prev.rec.exclusive == true)
   local rec = {
     job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
     state = "running", started = now, code_revision = spec.revision,
@@ -254,11 +313,11 @@ function M.claim(self, run, opts)
     attempts = prev and prev.rec.attempts or {}, token = token, event = run.event,
     params = prev and prev.rec.params or run_params(spec, run.params),
   }
-  local marker = json.encode { node = self.name, attempt = run.attempt, token = token }
+  local marker = json.encode({ node = self.name, attempt = run.attempt, token = token }, TEXT)
   local compare = { alive_compare(self, s) }
   local success = {
     { get = { key = k.cancel } },
-    { put = { key = k.run, value = json.encode(rec) } },
+    { put = { key = k.run, value = json.encode(rec, TEXT) } },
     { put = { key = k.marker, value = marker, lease = s.lease } },
     { put = { key = k.inflight, value = marker } },
   }
@@ -435,15 +494,15 @@ function M.record_end(e, P, run, fence, rec, opts)
   local ops, last = { { put = { key = k.run } }, { delete = { key = k.marker } } }, nil
   if rec.retry_at then
     rec.state = "retrying"
-    ops[#ops + 1] = { put = { key = k.pending, value = json.encode {
-      at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" } } }
+    ops[#ops + 1] = { put = { key = k.pending, value = json.encode({
+      at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" }, TEXT) } }
     last = M.last_op(P, run.job, run.id, rec, run.last_known)
     ops[#ops + 1] = last
   else
     _, last = M.final_ops(P, run, ops, rec)
   end
   local reg = M.last_register(P, run.job, run.id, last)
-  ops[1].put.value = json.encode(rec)
+  ops[1].put.value = json.encode(rec, TEXT)
   local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
   if opts.alive then compare[2] = opts.alive end
   for _ = 1, 5 do
@@ -472,31 +531,19 @@ function M.record_end(e, P, run, fence, rec, opts)
   end
 end
 
--- One attempt in a pooled worker. Returns how it ended: the state
--- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
--- "interrupted" when the node is stopping), the reason (nil on success),
--- and, for a success the worker hands over (its reply says handoff), the
--- worker and the key to tell it once the node has recorded the run, as
--- whatever it is recorded (see cli/worker.lua). The run's processes are gone when it returns: the
--- worker ends them before it replies, and a worker that is stopped is
--- waited for.
-local function attempt(self, run, fence, rec)
+-- The conversation with worker w about attempt rec of run: the run goes
+-- to it, its requests meanwhile are answered, and on a timeout it is asked
+-- to stop. Returns the worker's reply (nil: none came) and, without one,
+-- how it ended (the worker's exit, or "timeout") and the reason.
+local function converse(self, run, fence, rec, w)
   local spec, pool = run.spec, self.pool
-  if not M.live(self, run.session) then
-    return "failed", "the node's session was lost before the run started"
-  end
-  if self.stopping then
-    return "interrupted", "interrupted: node " .. self.name .. " was stopping when the run was due"
-  end
-  -- (a stop request that came before this node read its claim's answer)
-  run.cancel = run.cancel or (self.cancels and self.cancels[run.job .. "/" .. run.id])
-  if run.cancel then return "killed", run.cancel.reason end
-  local w, err = pool:get(run)
-  if not w then return "failed", "cannot start a worker: " .. tostring(err) end
   -- The job's source goes with the run unless this worker has it already:
-  -- a run reads nothing the node knows.
+  -- a run reads nothing the node knows. (A source with a NUL byte does not
+  -- go over the channel: the worker reads it from etcd.)
   local source
-  if w.known[run.job] ~= spec.revision then source, w.known[run.job] = spec.source, spec.revision end
+  if w.known[run.job] ~= spec.revision and not spec.source:find("\0", 1, true) then
+    source, w.known[run.job] = spec.source, spec.revision
+  end
   local sent = baton.monotime()
   -- The run's fenced writes (ctx:put_fenced), which its worker asks this
   -- node to make: with the node's other writes (node/batch.lua), guarded
@@ -529,18 +576,54 @@ local function attempt(self, run, fence, rec)
     -- The round trip, less the time the worker spent on the run itself.
     self.metrics:dispatched(baton.monotime() - sent - reply.busy)
   end
-  local why
-  if ended == "timeout" then
-    -- Cooperative stop first (ctx:cancelled() turns true, the job's own
-    -- processes get SIGTERM), then every process of the run is killed; the
-    -- worker is not reused either way.
-    pool:interrupt(w)
-    reply = pool:late_reply(w, self.grace, relay)
-    if reply and reply.ok then
-      reply.retire = true -- it finished in time after all; a fresh worker follows
-    else
-      reply, why = nil, format("timed out after %g s", spec.timeout)
-    end
+  if ended ~= "timeout" then return reply, ended end
+  -- Cooperative stop first (ctx:cancelled() turns true, the job's own
+  -- processes get SIGTERM), then every process of the run is killed; the
+  -- worker is not reused either way.
+  pool:interrupt(w)
+  reply = pool:late_reply(w, self.grace, relay)
+  if reply and reply.ok then
+    reply.retire = true -- it finished in time after all; a fresh worker follows
+    return reply
+  end
+  return nil, ended, format("timed out after %g s", spec.timeout)
+end
+
+-- One attempt in a pooled worker. Returns how it ended: the state
+-- ("succeeded", "failed", "killed" when replaced or killed (run.cancel),
+-- "interrupted" when the node is stopping), the reason (nil on success),
+-- for a success the worker hands over (its reply says handoff), the
+-- worker and the key to tell it once the node has recorded the run, as
+-- whatever it is recorded (see cli/worker.lua), and true when the run can
+-- never run (M.unfit: failed
+-- for good, no retry). The run's processes are gone when it returns: the
+-- worker ends them before it replies, and a worker that is stopped is
+-- waited for; a worker is given back (Pool:put) whatever raises while it
+-- has the run, and stopped then.
+local function attempt(self, run, fence, rec)
+  local pool = self.pool
+  if not M.live(self, run.session) then
+    return "failed", "the node's session was lost before the run started"
+  end
+  if self.stopping then
+    return "interrupted", "interrupted: node " .. self.name .. " was stopping when the run was due"
+  end
+  -- (a stop request that came before this node read its claim's answer)
+  run.cancel = run.cancel or (self.cancels and self.cancels[run.job .. "/" .. run.id])
+  if run.cancel then return "killed", run.cancel.reason end
+  local unfit = M.unfit(run, rec)
+  if unfit then return "failed", unfit, nil, true end
+  local w, err = pool:get(run)
+  if not w then return "failed", "cannot start a worker: " .. tostring(err) end
+  local ok, reply, ended, why = xpcall(converse, debug.traceback, self, run, fence, rec, w)
+  if not ok then
+    pool:put(w, false) -- (stopped, and waited for: the run is over)
+    error(reply, 0)
+  end
+  if type(ended) == "table" and ended.unsendable then
+    pool:put(w, true) -- (it was told nothing)
+    return "failed", "cannot be run: what it is given cannot be sent to a worker ("
+      .. ended.unsendable .. ")", nil, true
   end
   pool:put(w, reply and not reply.retire and not run.cancel and not self.stopping)
   -- A success the worker would record itself unless told that this node
@@ -557,7 +640,10 @@ local function attempt(self, run, fence, rec)
   if self.stopping and (not reply or reply.stopped == true) then
     return "interrupted", "interrupted: node " .. self.name .. " was stopped during the run"
   end
-  if reply then return "failed", reply.error ~= json.null and reply.error or "failed" end
+  if reply then
+    local e = reply.error
+    return "failed", type(e) == "string" and e or (e ~= nil and e ~= json.null and tostring(e)) or "failed"
+  end
   -- (its containment process ended every process of the run: limits.lua)
   if w.memory and ended.code == baton._contain_oom then
     return "failed", require("baton.limits").oom_error(w.memory)
@@ -569,7 +655,8 @@ end
 
 -- What happens after an attempt ended in state with reason why: the delay
 -- before the next attempt (nil: the run ends) and the run's final state.
-local function next_step(self, run, rec, state, why)
+-- A run that can never run (unfit: M.unfit) is not tried again.
+local function next_step(self, run, rec, state, why, unfit)
   if state == "interrupted" then
     -- Stopped by its node: re-run elsewhere, or not, as for a lost node.
     local decision = self.decide(run.job, run.spec, "on_orphan", { instant = run.id },
@@ -578,6 +665,7 @@ local function next_step(self, run, rec, state, why)
     return 0, nil
   end
   if state ~= "failed" then return nil, state end
+  if unfit then return nil, "failed" end
   local delay = M.retry_delay(self, run, rec, why)
   return delay, "failed"
 end
@@ -585,21 +673,27 @@ end
 -- Runs attempt rec of run (the claim is done) in a worker and records its
 -- end. A failed attempt with a retry left, or one its stopping node had to
 -- interrupt, leaves a pending/ entry for its next attempt, which any
--- eligible node claims (node.lua). The run holds one of the node's worker
--- slots (--workers) while it executes; has_slot says the caller took it.
-function M.execute(self, run, fence, rec, has_slot)
+-- eligible node claims (node.lua). The caller holds one of the node's
+-- worker slots (--workers) for the run: release() gives it back, as soon
+-- as the attempt is over, before its end is written. Whatever raises in
+-- the attempt fails it, with the error as the reason (the worker, the
+-- slot and the node's counts of runs are given back): a claimed run is
+-- always recorded.
+local function execute_counted(self, run, fence, rec, release)
   local spec, P = run.spec, self.P
-  if not has_slot and not self.pool:acquire() then return end
-  self.executing = self.executing + 1
   local f = fields_of(self, run, { fence = fence, revision = spec.revision,
                                    lease = run.session.lease })
   log("info", "run started", f)
   self.metrics:run_started(run, rec)
   self.nrunning = self.nrunning + 1
-  local state, why, handoff = attempt(self, run, fence, rec)
+  local ok, state, why, handoff, unfit = xpcall(attempt, debug.traceback, self, run, fence, rec)
   self.nrunning = self.nrunning - 1
-  self.pool:release()
-  local delay, final = next_step(self, run, rec, state, why)
+  release()
+  if not ok then
+    log("error", "a run's attempt failed inside the node", fields_of(self, run, { error = state }))
+    state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*")
+  end
+  local delay, final = next_step(self, run, rec, state, why, unfit)
   rec.finished, rec.error, rec.fence = self.now(), why, fence
   rec.duration = rec.finished - rec.started
   rec.state = final or state
@@ -615,9 +709,8 @@ function M.execute(self, run, fence, rec, has_slot)
   if handoff then
     -- The worker records the success itself unless this word comes in time
     -- (a worker stopped meanwhile reads it no more).
-    handoff.w.ch:send(json.encode { recorded = handoff.key })
+    handoff.w.ch:send(json.encode({ recorded = handoff.key }, TEXT))
   end
-  self.executing = self.executing - 1
   self.metrics:attempt_ended(run, rec, state, rev, delay)
   if not rev then
     f.reason = "the claim was lost (lease expired or run taken over)"
@@ -629,6 +722,17 @@ function M.execute(self, run, fence, rec, has_slot)
   else
     log(state == "succeeded" and "info" or "warn", "run ended", f)
   end
+end
+
+-- execute_counted, counted in self.executing (a stopping node waits for
+-- that count to reach 0) however it ends; should the end not be written
+-- (something raised), the run stays claimed on this node's lease until it
+-- goes, and the leader hands it on as the run of a lost node.
+local function execute(self, run, fence, rec, release)
+  self.executing = self.executing + 1
+  local ok, err = xpcall(execute_counted, debug.traceback, self, run, fence, rec, release)
+  self.executing = self.executing - 1
+  if not ok then log("error", "a run's end was not recorded", fields_of(self, run, { error = err })) end
 end
 
 -- Whether instant id of job is claimed (or recorded) already: one small
@@ -651,6 +755,33 @@ function M.taken_elsewhere(self, job, id, ask)
   return false
 end
 
+-- M.start once it holds a worker slot (release() gives it back).
+local function start_in_slot(release, self, run, opts)
+  local fire = not run.task and not opts.prev and run.fire or nil
+  if opts.turn == "later" and M.taken_elsewhere(self, run.job, run.id, true) then return false end
+  if fire and not run.manual and not events.in_time(run.spec, fire, self.now()) then
+    -- Past its starting_deadline before a slot was free (a node with more
+    -- due than it can run): recorded skipped, as the leader records an
+    -- instant missed so, unless another node ran it in time.
+    release()
+    local s = M.session(self)
+    if s then
+      local t, reg = skip_txn(self, run, s, events.late_reason(run.spec))
+      local r = self.batch:txn(t, nil, reg)
+      if r and r.succeeded then
+        posted(self, run, opts)
+        log("info", "run skipped: not started within its starting_deadline", fields_of(self, run))
+        self.metrics:skip(run.job, "deadline")
+      end
+    end
+    return false
+  end
+  local fence, rec = M.claim(self, run, opts)
+  if not fence then return false end
+  execute(self, run, fence, rec, release)
+  return true
+end
+
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
 -- ran it. opts.turn, for a run that every eligible node goes for in turn
@@ -666,37 +797,15 @@ function M.start(self, run, opts)
   opts = opts or {}
   -- A queue task or a next attempt is no scheduled instant: it cannot misfire.
   local fire = not run.task and not opts.prev and run.fire or nil
-  local later = opts.turn == "later"
-  if later and M.taken_elsewhere(self, run.job, run.id) then return false end
-  if not self.pool:acquire(fire) then return false end
-  if later and M.taken_elsewhere(self, run.job, run.id, true) then
-    self.pool:release()
+  if opts.turn == "later" and M.taken_elsewhere(self, run.job, run.id) then return false end
+  -- (the slot is held from here on, and given back however this ends:
+  -- Pool:with_slot)
+  local ok, taken, ran = pcall(self.pool.with_slot, self.pool, fire, start_in_slot, self, run, opts)
+  if not ok then
+    log("error", "starting a run failed", fields_of(self, run, { error = taken }))
     return false
   end
-  if fire and not run.manual and not events.in_time(run.spec, fire, self.now()) then
-    -- Past its starting_deadline before a slot was free (a node with more
-    -- due than it can run): recorded skipped, as the leader records an
-    -- instant missed so, unless another node ran it in time.
-    self.pool:release()
-    local s = M.session(self)
-    if s then
-      local t, reg = skip_txn(self, run, s, events.late_reason(run.spec))
-      local r = self.batch:txn(t, nil, reg)
-      if r and r.succeeded then
-        posted(self, run, opts)
-        log("info", "run skipped: not started within its starting_deadline", fields_of(self, run))
-        self.metrics:skip(run.job, "deadline")
-      end
-    end
-    return false
-  end
-  local fence, rec = M.claim(self, run, opts)
-  if not fence then
-    self.pool:release()
-    return false
-  end
-  M.execute(self, run, fence, rec, true)
-  return true
+  return taken and ran or false
 end
 
 -- Stops a local run on request (a cancel/ key with value, see the top of
@@ -768,7 +877,7 @@ function M.replace_active(self, run)
           local ops = M.final_ops(P, { job = run.job, id = old,
             task = orec.task and { key = orec.task } or nil,
             events = events.targets(self, run.job) },
-            { { put = { key = ok.run, value = json.encode(orec) } } }, orec)
+            { { put = { key = ok.run, value = json.encode(orec, TEXT) } } }, orec)
           local w = e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
                                         { key = ok.marker, target = "create", op = "==", value = 0 },
                                         { key = k.active, target = "value", op = "==", value = old } },
@@ -798,14 +907,14 @@ function M.take_pending(self, job, j, id, pmod)
   local kv, pkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
   if not pkv or pkv.mod_revision ~= pmod then return false end
   if not kv then
-    local ok, req = pcall(json.decode, pkv.value)
-    if not ok or type(req) ~= "table" or type(req.fire) ~= "number" then return false end
+    local req, unfit = M.read_request(pkv.value, "pending entry")
+    if type(req.fire) ~= "number" then return false end
     if type(req.event) == "table" and j.paused then
       events.skip(self, job, j, id, pmod, req, "paused: the event came while the job was paused")
       return false
     end
     local run = { job = job, id = id, fire = req.fire, spec = j.spec, shard = M.shard_of(j.spec, id),
-                  event = type(req.event) == "table" and req.event or nil }
+                  event = type(req.event) == "table" and req.event or nil, unfit = unfit }
     if j.spec.concurrency == "replace" and not M.replace_active(self, run) then return false end
     local gone = { { delete = { key = k.pending } } }
     return M.start(self, run, {
@@ -824,6 +933,10 @@ function M.take_pending(self, job, j, id, pmod)
                 shard = M.shard_of(j.spec, id), event = type(rec.event) == "table" and rec.event or nil,
                 events = events.targets(self, job) }
   if rec.task then
+    -- (the task's key is that of the run, id as it is in etcd: the
+    -- record's copy has U+FFFD for a NUL byte, M.unfit)
+    local dir = rec.task:match("^(.*/)")
+    rec.task = dir and dir .. id or rec.task
     local t = e:get(rec.task)
     if not t then return nil, "again" end
     if not t.kvs[1] then
@@ -832,7 +945,7 @@ function M.take_pending(self, job, j, id, pmod)
       rec.error = "its queue task " .. rec.task .. " was deleted"
       local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
                                     { key = k.pending, target = "mod", op = "==", value = pmod } },
-                        success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec) } } }, rec) }
+                        success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec, TEXT) } } }, rec) }
       if w and w.succeeded then self.metrics:ended(job, "abandoned") end
       return false
     end
