@@ -27,8 +27,9 @@
 --      `retry` sends it again later, from whichever node takes the retry.
 --      Once sent, its entry goes.
 --   2. once its own message went, sends what runs of the same job left in
---      the outbox when their retries ran out (an entry whose run is no
---      longer running or retrying), oldest first, each claimed first (a
+--      the outbox for the same channel when their retries ran out (an
+--      entry whose run is no longer running or retrying), oldest first,
+--      each claimed first (a
 --      transaction on its revision) so that two runs do not send it twice.
 -- So a message is never dropped: it is sent by its own run's retries, or
 -- kept until a later run of the notifier (the next event, or `baton job
@@ -438,7 +439,8 @@ local function drain(e, P, ctx, ch, own_id)
     local entry = decode_entry(kv)
     local now = baton.now()
     local claimed = entry and type(entry.draining) == "table" and (tonumber(entry.draining["until"]) or 0) > now
-    if entry and type(entry.event) == "table" and not LIVE[states[k] or ""] and not claimed then
+    if entry and type(entry.event) == "table" and entry.channel == ch.name and not LIVE[states[k] or ""]
+       and not claimed then
       left = left + 1
       if failed or ctx:cancelled() or (ctx.deadline and now + limit + 5 > ctx.deadline) then
         goto continue

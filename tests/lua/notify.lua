@@ -11,7 +11,9 @@
 --      the retry delivers it once, and the gauge goes back to 0;
 --   4. a message whose run gave up is kept, and the next run of the
 --      notifier (here by hand) sends it, marked delayed;
---   5. put warns about a channel whose url_secret the job does not declare.
+--   5. put warns about a channel whose url_secret the job does not declare;
+--   6. a mail channel set in etcd goes through the node's sendmail;
+--   7. `baton notify` refuses bad input with one line, storing nothing.
 local T = require "tap"
 local N = require "nodes"
 local F = require "files"
@@ -79,11 +81,16 @@ end
 local hooks, port = c.dir .. "/hooks", free_port()
 local receiver = sink(hooks, port)
 
--- Two nodes, no BATON_WEBHOOK_URL (the old way) in their environment.
+-- Two nodes, no BATON_WEBHOOK_URL or BATON_MAIL_TO (the old way) in their
+-- environment; their sendmail (a program: never from etcd) is a fake one.
+local mails = c.dir .. "/mails"
+F.write(c.dir .. "/sendmail", ("#!/bin/sh\n{ echo \"ARGS: $*\"; cat; echo '--END--'; } >> %q\n"):format(mails))
+assert(baton.exec { "chmod", "+x", c.dir .. "/sendmail" })
 local http = {}
 for _, n in ipairs { "a", "b" } do
   http[n] = free_port()
-  c:start(n, 3, ("--http 127.0.0.1:%d"):format(http[n]), "-u BATON_WEBHOOK_URL -u BATON_MAIL_TO")
+  c:start(n, 3, ("--http 127.0.0.1:%d"):format(http[n]),
+          ("-u BATON_WEBHOOK_URL -u BATON_MAIL_TO BATON_SENDMAIL=%s/sendmail"):format(c.dir))
 end
 T.ok(N.wait(15, function() return c:cli("leader").code == 0 end), "the cluster has a leader")
 
@@ -265,6 +272,53 @@ do
   F.write(c.dir .. "/notify-third.lua", src:gsub('params = {', 'secrets = { "THIRD_URL" },\n  params = {'))
   r = c:cli("job", "put", c.dir .. "/notify-third.lua")
   T.unlike(r.stderr, "warning", "and not once it does")
+  c:cli("job", "rm", "notify-third") -- (no node has THIRD_URL: its runs would fail)
+end
+
+---------------------------------------------------------------------------
+-- 6. a mail channel from etcd, through the node's sendmail
+do
+  T.is(c:cli("notify", "set", "mail.to", "ops@example.com, dba@example.com", "mail.from", "baton@example.com").code,
+       0, "baton notify set mail.to and mail.from")
+  local src = assert(F.read(root .. "/jobs/notify-mail.lua"))
+    :gsub('on = { failed = { "%*" }, abandoned = { "%*" } }', 'on = { failed = { "boom3" } }')
+  local rm = c:put_job("notify-mail", src)
+  local b3 = c:put_job("boom3", [[
+return { schedule = "@manual", run = function(ctx) print("the disk is full"); return nil, "boom3 failed" end }]])
+  T.ok(c:loaded("notify-mail", rm) and c:loaded("boom3", b3), "the mail notifier loaded")
+  c:cli("job", "run", "boom3")
+  local mail = N.wait(30, function() return (F.read(mails) or ""):match("(.-)%-%-END%-%-\n") end)
+  T.ok(mail, "a mail was handed to the node's sendmail")
+  mail = mail or ""
+  T.like(mail, "^ARGS: %-t %-i\n", "sendmail -t -i")
+  T.like(mail, "\nFrom: baton@example%.com\n", "from mail.from")
+  T.like(mail, "\nTo: ops@example%.com, dba@example%.com\n", "to mail.to, from etcd")
+  T.like(mail, "\nSubject: %[baton%] boom3 failed\n", "a subject naming job and state")
+  T.like(mail, "\nthe disk is full\n", "the tail of the run's output")
+end
+
+---------------------------------------------------------------------------
+-- 7. the command line: bad input stores nothing, with one line
+do
+  local before = assert(c.e:get(P .. "config/notify")).kvs[1].mod_revision
+  local r = c:cli("notify", "set", "webhook.url", "ftp://x")
+  T.is(r.code, 1, "a bad URL: exit 1")
+  T.is(r.stderr, 'baton: notify set: EINVAL: config/notify: channel webhook: url: must be an http:// or https:// '
+    .. 'URL, got "ftp://x"; nothing was stored\n', "one line saying what is wrong")
+  r = c:cli("notify", "set", "webhook.ur", "https://x")
+  T.is(r.code, 2, "an unknown setting: usage error")
+  T.like(r.stderr, 'unknown setting "ur" .*%(did you mean url%?%)', "with a suggestion")
+  T.is(c:cli("notify", "set", "webhook.url").code, 2, "a setting without a value: usage error")
+  T.is(c:cli("notify", "unset", "nosuch").code, 1, "unset of a channel that is not there: exit 1")
+  T.is(assert(c.e:get(P .. "config/notify")).kvs[1].mod_revision, before, "nothing was stored")
+  r = c:cli("notify", "show", "--json")
+  local j = json.decode(r.stdout) or {}
+  T.is(j.config and j.config.webhook and j.config.webhook.url, ("http://127.0.0.1:%d/hook2"):format(port),
+       "show --json: the configuration")
+  T.is(j.pending_total, 0, "and nothing waiting")
+  T.is(c:cli("notify", "unset", "third").code, 0, "unset a channel")
+  T.is(c:cli("notify", "--help").code, 0, "notify --help")
+  T.is(c:cli("help", "notify", "set").code, 0, "help notify set")
 end
 
 receiver:kill("SIGKILL")
