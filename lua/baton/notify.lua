@@ -223,7 +223,8 @@ function M.channel(cfg, name)
              from = from ~= "" and from or nil }
   end
   return nil, format("channel %s is not set in %s (baton notify set %s)", name, M.CONFIG,
-    name == "mail" and "mail.to ADDRESS" or (name .. ".url URL"))
+    name == "mail" and "mail.to ADDRESS" or
+      (name == "webhook" and "webhook.url URL" or (name .. ".type webhook " .. name .. ".url URL")))
 end
 
 -- Whether spec (a loaded job) is a notifier: a job with `on` and a
@@ -679,12 +680,13 @@ function M.put_warnings(name, spec, e, P)
   end
   local ch = cfg[chname]
   if not ch then
+    local old = (chname == "mail" and "BATON_MAIL_TO") or (chname == "webhook" and "BATON_WEBHOOK_URL")
     return { format("job %s sends to channel %s, which is not set in %s%s: nothing can deliver its messages "
-      .. "(they wait in %s%s/) until `baton notify set %s` (nodes with %s in their environment "
-      .. "can still send them, the old way)", name, chname, P .. M.CONFIG, next(cfg) and
+      .. "(they wait in %s%s/) until `baton notify set %s`%s", name, chname, P .. M.CONFIG, next(cfg) and
       (" (channels: " .. concat(util.sorted_keys(cfg), ", ") .. ")") or "", P .. M.OUTBOX, name,
-      chname == "mail" and "mail.to ADDRESS" or (chname .. ".url URL"),
-      chname == "mail" and "BATON_MAIL_TO" or "BATON_WEBHOOK_URL") }
+      chname == "mail" and "mail.to ADDRESS" or
+        (chname == "webhook" and "webhook.url URL" or (chname .. ".type webhook " .. chname .. ".url URL")),
+      old and format(" (nodes with %s in their environment can still send them, the old way)", old) or "") }
   end
   local bad = check_channel(chname, ch)
   if bad then
