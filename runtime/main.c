@@ -57,6 +57,8 @@ static const char usage[] =
   "  queue push QUEUE - | --file FILE   many tasks: one per line, or a JSON array\n"
   "  nodes                           live nodes with labels, version, running runs\n"
   "  leader                          the elected cluster leader\n"
+  "  notify show | set CHANNEL.SETTING VALUE | unset CHANNEL[.SETTING]\n"
+  "                                  where notifiers send (in etcd); what is undelivered\n"
   "  keygen FILE                     an Ed25519 key pair for signed code: FILE, FILE.pub\n"
   "\n"
   "  --json: job, policy, queue, nodes and leader commands print JSON instead of\n"
@@ -309,6 +311,7 @@ static const struct {
   {"queue", cli_lua},
   {"nodes", cli_lua},
   {"leader", cli_lua},
+  {"notify", cli_lua},
   {"keygen", cli_lua},
 };
 

@@ -17,17 +17,19 @@ Creates three etcd roles (named <roles-prefix>node, ...deployer, ...viewer),
 each limited to the prefix P (default /baton/, or $BATON_PREFIX):
   node      read P; readwrite P nodes/ election/ clock/ claims/ status/
             policy-status/ runs/ running/ inflight/ pending/ active/
-            cancel/ last/ output/ queue/ trigger/ paused/ (what a node
-            writes: its session, claims, run records, statuses, output,
-            election, clock; and its HTTP API's run, kill, pause, resume
-            and queue push). Not jobs/, policies/, versions/,
-            policy-versions/ or calendars/: a node's credentials cannot
-            deploy code, and neither can its HTTP API (deploys go through
-            `baton job put` under a deployer's user)
+            cancel/ last/ output/ queue/ trigger/ paused/ notify/ (what
+            a node writes: its session, claims, run records, statuses,
+            output, election, clock, the notifiers' outbox; and its HTTP
+            API's run, kill, pause, resume and queue push). Not jobs/,
+            policies/, versions/, policy-versions/, calendars/ or config/:
+            a node's credentials cannot deploy code or say where
+            notifications go, and neither can its HTTP API (deploys go
+            through `baton job put` under a deployer's user)
   deployer  read P; readwrite P jobs/ policies/ versions/ policy-versions/
-            paused/ trigger/ cancel/ queue/, and the keys `job rm` and
-            `policy rm` clean up: status/ policy-status/ pending/, and with
-            --purge runs/ output/ last/
+            paused/ trigger/ cancel/ queue/ config/ (`baton notify set`)
+            notify/, and the keys `job rm` and `policy rm` clean up:
+            status/ policy-status/ pending/, and with --purge runs/
+            output/ last/
   viewer    read P
 A user given as --node/--deployer/--viewer NAME gets the role (created if
 absent, else its password is kept). --enable-auth creates user root (when
@@ -244,13 +246,13 @@ role "${rp}node" read "" \
   readwrite nodes/ readwrite election/ readwrite clock/ readwrite claims/ readwrite status/ \
   readwrite policy-status/ readwrite runs/ readwrite running/ readwrite inflight/ readwrite pending/ \
   readwrite active/ readwrite cancel/ readwrite last/ readwrite output/ readwrite queue/ \
-  readwrite trigger/ readwrite paused/
+  readwrite trigger/ readwrite paused/ readwrite notify/
 narrow_node "${rp}node"
 role "${rp}viewer" read ""
 role "${rp}deployer" read "" \
   readwrite jobs/ readwrite policies/ readwrite versions/ readwrite policy-versions/ readwrite paused/ readwrite trigger/ \
   readwrite cancel/ readwrite queue/ readwrite status/ readwrite policy-status/ readwrite pending/ \
-  readwrite runs/ readwrite output/ readwrite last/
+  readwrite runs/ readwrite output/ readwrite last/ readwrite config/ readwrite notify/
 [ -n "$node" ] && adduser "$node" "${rp}node"
 [ -n "$deployer" ] && adduser "$deployer" "${rp}deployer"
 [ -n "$viewer" ] && adduser "$viewer" "${rp}viewer"

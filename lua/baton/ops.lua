@@ -705,7 +705,8 @@ end
 -- job), else EEXIST / ECONFLICT. opts.sign: a secret key (sign.load_secret)
 -- whose signature is stored with the source (nodes started with --trust
 -- load only signed code). A warning says when no live node has the job's
--- labels (it is stored all the same). opts.author, opts.keep, opts.op:
+-- labels, or when nothing could deliver a notifier's messages (it is
+-- stored all the same). opts.author, opts.keep, opts.op:
 -- the version log's entry (baton.versions.record).
 function M.put_job(name, source, opts)
   opts = opts or {}
@@ -718,6 +719,8 @@ function M.put_job(name, source, opts)
   local why = nodes and U.no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
   warnings[#warnings + 1] = vwarn
+  -- (a notifier whose channel P config/notify does not set: baton.notify)
+  for _, w in ipairs(require("baton.notify").put_warnings(name, spec)) do warnings[#warnings + 1] = w end
   res.warnings = json.array(warnings)
   return res
 end

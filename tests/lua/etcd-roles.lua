@@ -59,7 +59,7 @@ T.like(s.stdout, "\n%+ etcdctl role grant%-permission baton%-node %-%-prefix=tru
   "the node role reads the prefix")
 T.unlike(s.stdout, "baton%-node %-%-prefix=true readwrite " .. Pq .. "\n", "and may not write all of it")
 T.like(s.stdout, "baton%-node %-%-prefix=true readwrite " .. Pq .. "runs/\n", "but its own keys")
-for _, k in ipairs { "jobs/", "policies/", "versions/", "policy%-versions/", "calendars/" } do
+for _, k in ipairs { "jobs/", "policies/", "versions/", "policy%-versions/", "calendars/", "config/" } do
   T.unlike(s.stdout, "baton%-node %-%-prefix=true readwrite " .. Pq .. k, "nor " .. k)
 end
 

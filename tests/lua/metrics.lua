@@ -123,6 +123,8 @@ local node = {
   bad = { broken1 = 7 }, leader = {},
   pool = { busy = { [{}] = {}, [{}] = {} }, idle = { {} }, queued = { [{}] = 1796000001 } },
   clock = { known = true, correction = -0.0123, error = 0.0008 },
+  -- (the notifiers' outbox as read from etcd, baton.notify)
+  notify_pending = { ["notify-webhook"] = 3 },
 }
 for _ = 1, 5 do m:http_request("GET /metrics", 200) end
 for _ = 1, 2 do m:http_request("GET /api/v1/jobs/{name}", 404) end
@@ -195,6 +197,8 @@ T.is(v("baton_clock_offset_seconds"), -0.0123, "clock_offset_seconds: the correc
 T.is(v("baton_clock_offset_uncertainty_seconds"), 0.0008, "clock_offset_uncertainty_seconds")
 T.is(v("baton_build_info", { version = baton.version }), 1, "build_info{version}")
 T.is(v("baton_node_start_time_seconds"), 1796000000.25, "node_start_time_seconds")
+T.is(v("baton_notifications_pending", { job_name = "notify-webhook" }), 3,
+     "notifications_pending: the notifiers' outbox as last read")
 T.is(v("baton_http_requests_total", { code = "404", route = "GET /api/v1/jobs/{name}" }), 2,
      "http_requests_total from the router's counts")
 -- The conductor's own figures, as every Prometheus client library names them.
@@ -240,6 +244,24 @@ T.is(X.value(fams, "baton_runs_total", { job_name = "b", state = "succeeded" }),
 T.is(X.value(fams, "baton_claims_lost_total", { job_name = "b" }), nil, "but not its old ones")
 T.is(X.value(fams, "baton_runs_total", { job_name = "c", state = "skipped" }), 4, "job c untouched")
 T.is(X.value(fams, "baton_leader"), 0, "leader 0 once self.leader is false")
+
+-- The outbox emptied: a job's series goes to 0 rather than away, and a
+-- notifier loaded here (a job with on and a channel parameter) has one at
+-- 0; before the first read, none at all.
+do
+  local m2 = metrics.for_node()
+  local n2 = { metrics = m2, jobs = { mailer = { spec = { on = { failed = { "*" } }, params = { channel = "mail" } } },
+                                      plain = { spec = { params = { channel = "x" } } } }, bad = {} }
+  local t2 = metrics.render(n2)
+  T.unlike(t2, "baton_notifications_pending", "notifications_pending: nothing before the outbox was read")
+  n2.notify_pending = { ["notify-webhook"] = 2 }
+  metrics.render(n2)
+  n2.notify_pending = {}
+  local f2 = X.parse(metrics.render(n2))
+  T.is(X.value(f2, "baton_notifications_pending", { job_name = "notify-webhook" }), 0, "a job whose messages went: 0")
+  T.is(X.value(f2, "baton_notifications_pending", { job_name = "mailer" }), 0, "a notifier loaded here: 0")
+  T.is(X.value(f2, "baton_notifications_pending", { job_name = "plain" }), nil, "not a job without on")
+end
 
 ---------------------------------------------------------------------------
 -- 4. scale: 10,000 jobs that all did something on this node

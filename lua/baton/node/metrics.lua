@@ -406,6 +406,9 @@ function M.for_node()
     "This node's clock minus the cluster's median clock, as measured (positive: ahead).")
   m.clock_error = m:gauge("baton_clock_offset_uncertainty_seconds",
     "Half the round trip of the measurement behind baton_clock_offset_seconds: the true offset lies within it.")
+  m.notify_pending = m:gauge("baton_notifications_pending",
+    "Notifications not delivered yet, in the whole cluster, by notifier job (P notify/outbox/; read from etcd "
+      .. "every 10 s while /metrics is scraped).", J)
   m.build = m:gauge("baton_build_info", "1, with the version of baton in a label.", { "version" })
   m.start_time = m:gauge("baton_node_start_time_seconds", "When this node started, in Unix seconds.")
   -- The process's own figures, under the names every Prometheus client
@@ -524,6 +527,52 @@ function M.process_stats()
   return rss * 1024, vsize * 1024, (tonumber(utime) + tonumber(stime)) / USER_HZ
 end
 
+-- The outbox of the notifiers (baton.notify) is read from etcd, not known
+-- from the node's own state: the first render starts a reader (on the
+-- node's loop: render itself never waits) that counts it every
+-- NOTIFY_EVERY seconds into self.notify_pending ({[job] = n}) and stops
+-- NOTIFY_IDLE seconds after the last render, so a node nobody scrapes
+-- asks etcd nothing.
+M.NOTIFY_EVERY = 10
+M.NOTIFY_IDLE = 300
+
+local function read_outbox(self)
+  local st = self.notify_reader
+  if not st then
+    st = {}
+    self.notify_reader = st
+  end
+  st.wanted = baton.monotime()
+  if st.running or type(self.go) ~= "function" or not (self.e and self.P) then return end
+  st.running = true
+  self.go(function()
+    local notify = require "baton.notify"
+    while not self.stopping and baton.monotime() - st.wanted < M.NOTIFY_IDLE do
+      local ok, counts = pcall(notify.pending_counts, self.e, self.P)
+      if ok and counts then self.notify_pending = counts end
+      baton.sleep(M.NOTIFY_EVERY)
+    end
+    st.running = false
+  end)
+end
+
+-- baton_notifications_pending from self.notify_pending: every job in it,
+-- and every notifier job loaded (0 when none of its messages waits).
+-- Nothing until the outbox was read once.
+local function notify_gauge(self, m)
+  local counts = self.notify_pending
+  if type(counts) ~= "table" then return end
+  local is_notifier = require("baton.notify").is_notifier
+  for name, j in pairs(self.jobs or {}) do
+    if counts[name] == nil and is_notifier(j.spec) then m.notify_pending:set({ job_name = name }, 0) end
+  end
+  for name, n in pairs(counts) do m.notify_pending:set({ job_name = name }, n) end
+  -- (a job whose series is there and is in neither: its messages went)
+  for _, key in ipairs(m.notify_pending.keys) do
+    if counts[key] == nil then m.notify_pending.series[key][2] = 0 end
+  end
+end
+
 -- Refreshes the gauges from the node's state (self: the node of node.lua)
 -- and returns the exposition text.
 function M.render(self)
@@ -563,6 +612,8 @@ function M.render(self)
     m.cpu:touch(nil)[2] = cpu
   end
   m.lua_heap:set(nil, collectgarbage("count") * 1024)
+  read_outbox(self)
+  notify_gauge(self, m)
   return m:render()
 end
 

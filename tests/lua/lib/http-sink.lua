@@ -1,11 +1,14 @@
 -- An HTTP sink for tests (a webhook receiver): `baton eval http-sink.lua
--- OUT` listens on 127.0.0.1 (a free port, printed on stdout as
--- "port N"), and for every request appends one JSON line to OUT:
+-- OUT [PORT]` listens on 127.0.0.1 (PORT, or a free port; printed on
+-- stdout as "port N"), and for every request appends one JSON line to OUT:
 -- {method, path, headers (lower-case names), body}; it answers 200 "ok".
+-- A sink started again on the port of one that was killed gets it
+-- (SO_REUSEADDR).
 -- A helper process of its own: it blocks in accept() and read(), which is
 -- fine here and nowhere else. Stop it with SIGKILL.
 local ffi = require "ffi"
-local out = assert(arg[1], "usage: http-sink.lua OUT")
+local out = assert(arg[1], "usage: http-sink.lua OUT [PORT]")
+local want_port = tonumber(arg[2] or 0)
 
 ffi.cdef [[
   struct sink_sin { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
@@ -26,6 +29,8 @@ assert(fd >= 0, "socket")
 local sin = ffi.new("struct sink_sin")
 sin.family = 2
 sin.addr = 0x0100007f -- 127.0.0.1, network order
+sin.port = bit.bor(bit.rshift(want_port, 8), bit.lshift(bit.band(want_port, 0xff), 8))
+assert(C.setsockopt(fd, 1, 2, ffi.new("int[1]", 1), 4) == 0, "SO_REUSEADDR") -- SOL_SOCKET, SO_REUSEADDR
 local len = ffi.new("uint32_t[1]", ffi.sizeof(sin))
 assert(C.bind(fd, sin, ffi.sizeof(sin)) == 0 and C.listen(fd, 16) == 0
        and C.getsockname(fd, sin, len) == 0, "bind/listen")
