@@ -92,6 +92,7 @@ for _, n in ipairs(meta.nodes) do node_labels[n.name] = n.labels or {} end
 
 local KINDS = {
   { "duplicate", "1  duplicate executions (or queue tasks done twice)" },
+  { "redone", "1b completed executions run again (the attempt not recorded lost)" },
   { "miss", "2  silent misses (instants / tasks never done nor recorded)" },
   { "unsettled", "2b runs left running/retrying with nobody on them" },
   { "phantom", "2c runs recorded succeeded that never executed" },
@@ -143,7 +144,12 @@ for t in each(D .. "/exec.jsonl") do
     end
     E.lines[#E.lines + 1] = t
     if t.kind == "start" then E.start = math.min(E.start or huge, t.mono) end
-    if t.kind == "end" then E.stop = t.mono end
+    if t.kind == "end" then
+      E.stop = t.mono
+      -- Completed: the job did all its work (a run cut short says
+      -- cancelled, a planned failure says failed: tests/chaos/jobs.lua).
+      if not t.cancelled and not t.failed then E.done_at = t.mono end
+    end
     if t.child then E.child_pids[t.pid] = true end
     if t.mono < E.first then E.first = t.mono end
     if t.mono > E.last then E.last = t.mono end
@@ -248,6 +254,7 @@ for _, kv in ipairs(state.running or {}) do marker_at_end[kv.key:sub(9)] = true 
 
 -- The faults.
 local faults, fault_count, fault_skipped = {}, {}, {}
+local grace_terms = {} -- node-term-grace: SIGTERM ~0.3 s into a graceful run
 local node_faults, pauses, etcd_faults = {}, {}, {}
 local open = {}
 for t in each(D .. "/faults.jsonl") do
@@ -255,6 +262,7 @@ for t in each(D .. "/faults.jsonl") do
   if t.phase == "begin" then
     fault_count[t.kind] = (fault_count[t.kind] or 0) + 1
     open[t.n] = t
+    if t.kind == "node-term-grace" and type(t.target) == "table" then grace_terms[#grace_terms + 1] = t end
     if t.node then
       node_faults[#node_faults + 1] = t
     else
@@ -363,6 +371,15 @@ for key, list in pairs(ex_by_key) do
           violation("duplicate", "%s%s: executed by %s and by %s; the record says attempt %d %s",
                     what, key, describe(Ej), describe(Ei), Ej.attempt,
                     a and ("was " .. tostring(a.state)) or "is not in attempts[]")
+          break
+        end
+        -- 1b: judged by what the job did, whatever the record says: work
+        -- done is done once, except when its node died or lost its lease
+        -- after the work and before the record (lost: at-least-once).
+        if Ej.done_at and a.state ~= "lost" then
+          violation("redone", "%s%s: %s completed its work (end line at %+.2f s), then %s executed "
+            .. "it again; the record says attempt %d was %s, not lost", what, key, describe(Ej),
+            rel(Ej.done_at), describe(Ei), Ej.attempt, tostring(a.state))
           break
         end
       end
@@ -596,7 +613,7 @@ end
 -- The first moment from t on at which a node that may run job (any node,
 -- or one with the job's labels) is under no fault that keeps it from
 -- running: until then no failover can start, however fast baton is.
-local BLOCKING = { ["node-kill"] = true, ["node-term"] = true, ["node-stop"] = true,
+local BLOCKING = { ["node-kill"] = true, ["node-term"] = true, ["node-term-grace"] = true, ["node-stop"] = true,
                    ["node-stall"] = true, ["proxy-freeze"] = true }
 local function eligible_from(job, t)
   local need, best = labelled_job[job], nil
@@ -723,10 +740,10 @@ end
 
 p("chaos seed %d: %d s (%d s quiet), %d nodes, TTL %d s, window %+.0f..%+.0f s",
   meta.seed, meta.duration, meta.quiet, #meta.nodes, TTL, rel(W0), rel(W1))
-local fk = {}
-for _, k in ipairs(sorted_keys(fault_count)) do fk[#fk + 1] = k .. " " .. fault_count[k] end
-for _, k in ipairs(sorted_keys(fault_skipped)) do fk[#fk + 1] = k .. " skipped " .. fault_skipped[k] end
-p("  faults            %s", #fk > 0 and table.concat(fk, ", ") or "none")
+local fks = {}
+for _, k in ipairs(sorted_keys(fault_count)) do fks[#fks + 1] = k .. " " .. fault_count[k] end
+for _, k in ipairs(sorted_keys(fault_skipped)) do fks[#fks + 1] = k .. " skipped " .. fault_skipped[k] end
+p("  faults            %s", #fks > 0 and table.concat(fks, ", ") or "none")
 local dj = {}
 for _, k in ipairs(sorted_keys(due_by_job)) do dj[#dj + 1] = k .. " " .. due_by_job[k] end
 p("  due in window     %d instants + %d queue tasks (%s)%s", due, pushed, table.concat(dj, ", "),
@@ -737,6 +754,34 @@ p("  executions        %d (%s)", #ex_list, table.concat(ej, ", "))
 local sk = {}
 for _, k in ipairs(sorted_keys(skips)) do sk[#sk + 1] = fmt("%d x \"%s\"", skips[k], k) end
 p("  skipped           %s", #sk > 0 and table.concat(sk, "; ") or "none")
+-- node-term-grace: the runs SIGTERMed mid-run (the SIGTERM came after
+-- their start line and before their end line), how often each executed,
+-- and how the SIGTERMed attempt was recorded.
+if (fault_count["node-term-grace"] or 0) + (fault_skipped["node-term-grace"] or 0) > 0 then
+  local mid, once, more, lo, hi, states = 0, 0, 0, huge, -huge, {}
+  for _, f in ipairs(grace_terms) do
+    local t = f.target
+    local key = tostring(t.job) .. "/" .. tostring(t.id)
+    local E = ex[fk(key, t.fence)]
+    if E and E.start and E.start <= f.mono and (not E.stop or E.stop > f.mono) then
+      mid = mid + 1
+      local d = f.mono - E.start
+      if d < lo then lo = d end
+      if d > hi then hi = d end
+      if #ex_by_key[key] == 1 then once = once + 1 else more = more + 1 end
+      local a = attempt_entry(records[key], E)
+      local st = a and tostring(a.state) or "not recorded"
+      states[st] = (states[st] or 0) + 1
+    end
+  end
+  local sts = {}
+  for _, k in ipairs(sorted_keys(states)) do sts[#sts + 1] = k .. " " .. states[k] end
+  p("  term in grace     %d runs SIGTERMed mid-run%s, of %d node-term-grace faults (%d skipped: "
+    .. "no run to stop)", mid, mid > 0 and fmt(" (%.2f-%.2f s in)", lo, hi) or "",
+    #grace_terms + (fault_skipped["node-term-grace"] or 0), fault_skipped["node-term-grace"] or 0)
+  p("                    executed once %d, more than once %d; their attempt recorded %s", once, more,
+    #sts > 0 and table.concat(sts, ", ") or "-")
+end
 local f50, fmax = pct(failovers, 0.5), pct(failovers, 1)
 p("  failover          %s", f50 and fmt("%d lost attempts re-run: p50 %.2f s, max %.2f s (fault -> next start)",
   #failovers, f50, fmax) or "no lost attempt was re-run")

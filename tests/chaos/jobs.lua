@@ -12,6 +12,13 @@
 -- libfaketime here, and the same for every process of the machine); wall is
 -- the process's own, possibly skewed, baton.now(): the checker compares the
 -- two to show the skew each node really had.
+--
+-- A job is honest about completion: an end line without `cancelled` or
+-- `failed` says the run did all its work (the checker's rule 1b: such an
+-- execution must not run again unless its attempt is recorded lost). A
+-- run whose work was cut short (ctx:cancelled() turned true: a timeout, its
+-- node stopping) writes `cancelled = true` in its end line and fails, so
+-- that running it again is legitimate.
 local M = {}
 
 -- Shared by every job file (each job is compiled in its own environment).
@@ -58,6 +65,21 @@ local function nap(ctx, secs)
     baton.sleep(math.min(0.1, left))
   end
 end
+-- The end of a run whose work was cut short: its end line says so, and the
+-- run fails (a run that fails once asked to stop is interrupted, and runs
+-- again elsewhere).
+local function cut_short(ctx, extra)
+  extra = extra or {}
+  extra.cancelled = true
+  rec(ctx, "end", extra)
+  error("stopped before its work was done", 0)
+end
+-- A run of secs seconds of work that stops early when asked to.
+local function work(ctx, secs)
+  rec(ctx, "start")
+  if not nap(ctx, secs) then cut_short(ctx) end
+  rec(ctx, "end")
+end
 ]==]
 
 local function job(t)
@@ -69,18 +91,19 @@ end
 -- Every second, short runs that may overlap.
 job { name = "tick", kind = "cron", schedule = "* * * * * *", period = 1, body = [[
 return { schedule = "* * * * * *", concurrency = "allow", timeout = 10,
-  run = function(ctx) rec(ctx, "start"); nap(ctx, 0.3); rec(ctx, "end") end }
+  run = function(ctx) work(ctx, 0.3) end }
 ]] }
 
 -- Every 2 s, 3 shards (one run per shard and instant).
 job { name = "shard", kind = "cron", schedule = "*/2 * * * * *", period = 2, shards = 3, body = [[
 return { schedule = "*/2 * * * * *", shards = 3, concurrency = "allow", timeout = 10,
-  run = function(ctx) rec(ctx, "start"); nap(ctx, 0.5); rec(ctx, "end") end }
+  run = function(ctx) work(ctx, 0.5) end }
 ]] }
 
 -- Every 5 s, runs ~7 s, forbid: every other instant must be skipped. It
 -- beats from a child process every 0.2 s and stops the child (and waits for
--- it) before its end line, also when the node asks it to stop.
+-- it) before its end line, also when the node asks it to stop (then it is
+-- cut short: cancelled, and it fails).
 job { name = "long", kind = "cron", schedule = "*/5 * * * * *", period = 5, forbid = true, body = [[
 return { schedule = "*/5 * * * * *", concurrency = "forbid", timeout = 30,
   run = function(ctx)
@@ -91,7 +114,8 @@ return { schedule = "*/5 * * * * *", concurrency = "forbid", timeout = 30,
     local done = nap(ctx, 7)
     child:kill("SIGKILL")
     child:wait()
-    rec(ctx, "end", { cancelled = not done or nil })
+    if not done then cut_short(ctx) end
+    rec(ctx, "end")
   end }
 ]] }
 
@@ -100,7 +124,7 @@ job { name = "retry", kind = "cron", schedule = "*/3 * * * * *", period = 3, for
 return { schedule = "*/3 * * * * *", timeout = 10, retry = { attempts = 2, backoff = 1 },
   run = function(ctx)
     rec(ctx, "start")
-    nap(ctx, 0.2)
+    if not nap(ctx, 0.2) then cut_short(ctx) end
     if ctx.attempt == 1 then
       rec(ctx, "end", { failed = true })
       error("planned failure of attempt 1")
@@ -113,23 +137,38 @@ return { schedule = "*/3 * * * * *", timeout = 10, retry = { attempts = 2, backo
 job { name = "labelled", kind = "cron", schedule = "*/2 * * * * *", period = 2,
       labels = { role = "x" }, body = [[
 return { schedule = "*/2 * * * * *", labels = { role = "x" }, concurrency = "allow", timeout = 10,
-  run = function(ctx) rec(ctx, "start"); nap(ctx, 0.2); rec(ctx, "end") end }
+  run = function(ctx) work(ctx, 0.2) end }
 ]] }
 
 -- One run per task the suite pushes under P queue/orders/.
 job { name = "orders", kind = "queue", queue = "orders", body = [[
 return { queue = "orders", timeout = 10,
-  run = function(ctx) rec(ctx, "start"); nap(ctx, 0.2); rec(ctx, "end") end }
+  run = function(ctx) work(ctx, 0.2) end }
 ]] }
 
 -- Every 10 s, timeout 2 s, exceeded by a child it waits for (30 s of beats):
--- the child must not outlive the timed-out run.
+-- the child must not outlive the timed-out run. Its work (the child's 30 s)
+-- is never done: its end line, if it gets to write one, says cancelled.
 job { name = "hang", kind = "cron", schedule = "*/10 * * * * *", period = 10, forbid = true,
       body = [[
 return { schedule = "*/10 * * * * *", timeout = 2,
   run = function(ctx)
     rec(ctx, "start")
-    baton.exec(beat_argv(ctx, 0.2, 30))
+    local r = baton.exec(beat_argv(ctx, 0.2, 30))
+    if ctx:cancelled() or not r or r.code ~= 0 then cut_short(ctx) end
+    rec(ctx, "end")
+  end }
+]] }
+
+-- Every 2 s, 1.0-1.5 s of work that ignores ctx:cancelled() (baton.sleep):
+-- the node-term-grace fault SIGTERMs its node ~0.3 s into one such run,
+-- which then finishes within the node's grace (5 s) and must be recorded
+-- with its own result, never run again (issue 23).
+job { name = "graceful", kind = "cron", schedule = "*/2 * * * * *", period = 2, body = [[
+return { schedule = "*/2 * * * * *", concurrency = "allow", timeout = 20,
+  run = function(ctx)
+    rec(ctx, "start")
+    baton.sleep(1 + (math.floor(ctx.fire) % 6) / 10)
     rec(ctx, "end")
   end }
 ]] }

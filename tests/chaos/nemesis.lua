@@ -40,6 +40,8 @@ local BIN = baton._exe
 local e = baton.etcd
 
 local FAULTS_FROM = 5   -- s after t0: the first fault
+local GRACE_WAIT = 10   -- s node-term-grace waits for a `graceful` run to start on its node
+local GRACE_AFTER = 0.3 -- s after that run's start line: the SIGTERM
 local START_MARGIN = 3  -- s after t0: the checked window starts
 local END_MARGIN = 10   -- s before the dump: the checked window ends (runs settle)
 
@@ -103,7 +105,7 @@ end
 
 local KINDS = {
   { "node-kill", 3 }, { "node-stop", 2 }, { "node-stall", 2 }, { "node-term", 1.5 },
-  { "proxy-freeze", 3 },
+  { "node-term-grace", 2 }, { "proxy-freeze", 3 },
   { "proxy-reset", 1.5 }, { "skew", 1.5 },
   { "etcd-leader-kill", 1 }, { "etcd-follower-kill", 0.75 },
   { "etcd-leader-stop", 1 }, { "etcd-follower-stop", 0.75 },
@@ -150,13 +152,15 @@ local function plan(seed, from, to, nn)
         if kind == "node-kill" then f.down = U(1, 6)
         elseif kind == "node-stop" or kind == "node-stall" then
           f.down = R() < 0.5 and U(0.5, 2.5) or U(3.5, 8)
-        elseif kind == "node-term" then f.down = U(1, 4)
+        elseif kind == "node-term" or kind == "node-term-grace" then f.down = U(1, 4)
         elseif kind == "proxy-freeze" then f.down = R() < 0.3 and U(0.5, 2.5) or U(3.5, 8)
         else f.down = 0 end
         f.down = math.min(f.down, to - t)
         -- (a stopped node takes up to 10 s to end its runs; a restart may
-        -- wait for the old lease to expire)
-        node_busy[f.node] = t + f.down + (kind == "node-term" and 12 or kind == "node-kill" and 5 or 1)
+        -- wait for the old lease to expire; node-term-grace first waits up
+        -- to GRACE_WAIT s for a graceful run on the node)
+        node_busy[f.node] = t + f.down + (kind == "node-term" and 12 or kind == "node-kill" and 5
+          or kind == "node-term-grace" and GRACE_WAIT + 12 or 1)
       end
     elseif kind == "skew" then
       if skew_busy > t then
@@ -322,6 +326,28 @@ local function tree(pid)
   return out
 end
 
+-- The first start line of a `graceful` execution on node n written from
+-- now on, within secs seconds (exec.jsonl, read as it grows), or nil.
+local function graceful_start(n, secs)
+  local path, offset = D .. "/exec.jsonl", file_size(D .. "/exec.jsonl")
+  local by = baton.monotime() + secs
+  while baton.monotime() < by do
+    local s = read_from(path, offset)
+    -- (only whole lines: a line being appended is read the next time)
+    local whole = s:match("^.*\n") or ""
+    offset = offset + #whole
+    for l in whole:gmatch("[^\n]+") do
+      if l:find('"graceful"', 1, true) then
+        local ok, t = pcall(json.decode, l)
+        if ok and type(t) == "table" and t.job == "graceful" and t.kind == "start" and t.node == n.name then
+          return t
+        end
+      end
+    end
+    baton.sleep(0.05)
+  end
+end
+
 local function leader()
   local out = harness("leader", EDIR)
   return out and tonumber(out:match("%d"))
@@ -364,8 +390,25 @@ local function node_fault(f, n)
     baton.sleep(f.down)
     flog { kind = kind, phase = "end", n = f.n, node = n.name }
     signal(n.pid, "CONT")
-  elseif kind == "node-term" then
-    flog { kind = kind, phase = "begin", n = f.n, node = n.name, pid = n.pid }
+  elseif kind == "node-term" or kind == "node-term-grace" then
+    local target
+    if kind == "node-term-grace" then
+      -- SIGTERM during a run that finishes within the grace: the run is
+      -- done and recorded with its own result, never run again.
+      -- (no later than the end of the faults)
+      local t = graceful_start(n, math.min(GRACE_WAIT, T0 + DURATION - QUIET - baton.monotime()))
+      if not t or not n.alive then
+        flog { kind = kind, phase = "skipped", n = f.n, node = n.name,
+               why = n.alive and ("no graceful run started on it within %d s"):format(GRACE_WAIT)
+                 or "the node is down" }
+        say("%s: no graceful run on %s within %d s; skipped", kind, n.name, GRACE_WAIT)
+        return
+      end
+      baton.sleep(math.max(0, t.mono + GRACE_AFTER - baton.monotime()))
+      target = { job = t.job, id = t.id, fence = t.fence, attempt = t.attempt, start = t.mono,
+                 into = baton.monotime() - t.mono }
+    end
+    flog { kind = kind, phase = "begin", n = f.n, node = n.name, pid = n.pid, target = target }
     n.expect_exit = true
     signal(n.pid, "TERM")
     local r = n.p:wait(20)
@@ -374,7 +417,9 @@ local function node_fault(f, n)
       signal(n.pid, "KILL")
       n.p:wait(10)
     end
-    say("SIGTERM %s (exited%s); back in %.1f s", n.name, r and "" or " only after SIGKILL", f.down)
+    say("SIGTERM %s%s (exited%s); back in %.1f s", n.name,
+        target and (" %.2f s into %s/%s"):format(target.into, target.job, target.id) or "",
+        r and "" or " only after SIGKILL", f.down)
     baton.sleep(f.down)
     flog { kind = kind, phase = "end", n = f.n, node = n.name }
     bring_up(n)

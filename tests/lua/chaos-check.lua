@@ -2,7 +2,9 @@
 -- (runs claimed in one request share a fence there, of one job or two),
 -- and one with a violation of every kind planted (next to the cases the
 -- rules allow: a retry after a lost attempt, lines of a stopped node just
--- after its SIGCONT, a skip record) reports each of them exactly once.
+-- after its SIGCONT, a skip record, a run cut short by its stopping node and
+-- run again, a completed run whose node died before the record) reports
+-- each of them exactly once.
 local T = require "tap"
 local json = baton.json
 local root = os.getenv("BATON_ROOT") or "."
@@ -20,9 +22,10 @@ local function writer()
   return w
 end
 
--- One execution of job/id: lines from `from` to `to` (mono), its marker
--- made just before and deleted at `gone` (nil: never deleted; false: no
--- marker at all), and the record's final state.
+-- One execution of job/id: lines from `from` to `to` (mono; the end line
+-- gets the fields of o.end_extra, e.g. cancelled), its marker made just
+-- before and deleted at `gone` (nil: never deleted; false: no marker at
+-- all).
 local function run(w, o)
   local key = o.job .. "/" .. o.id
   local base = { job = o.job, id = o.id, node = o.node, attempt = o.attempt or 1, fence = o.fence, pid = o.fence }
@@ -33,9 +36,11 @@ local function run(w, o)
     t.kind, t.mono, t.wall = kind, m, R0 + (m - M0) + (o.skew or 0)
     w.line("exec.jsonl", t)
   end
+  w.fences = w.fences or {}
+  w.fences[key] = o.fence
   l("start", o.from)
   for _, m in ipairs(o.beats or {}) do l("beat", m, { child = true }) end
-  if o.to then l("end", o.to) end
+  if o.to then l("end", o.to, o.end_extra) end
   if o.marker ~= false then
     w.line("observer.jsonl", { w = 1, mono = o.from - 0.005, type = "put", key = "running/" .. key,
       create_revision = o.fence, mod_revision = o.fence, lease = o.lease or ("L" .. o.node),
@@ -152,11 +157,22 @@ end
 do
   local w = writer()
   clean(w)
+  -- a node-term-grace fault 0.09 s into labelled/6 (n1, +6.01..+6.2),
+  -- which finished within the grace and ran once
+  w.line("faults.jsonl", { kind = "node-term-grace", phase = "begin", n = 1, node = "n1", mono = M0 + 6.1,
+    t = 6.1, target = { job = "labelled", id = iso(6), fence = w.fences["labelled/" .. iso(6)], attempt = 1, start = M0 + 6.01 } })
+  w.line("faults.jsonl", { kind = "node-term-grace", phase = "end", n = 1, node = "n1", mono = M0 + 8, t = 8 })
+  w.line("faults.jsonl", { kind = "node-term-grace", phase = "skipped", n = 2, node = "n2", mono = M0 + 9,
+                           t = 9, why = "no graceful run started on it within 10 s" })
   local dir = save(w, meta())
   local r = check(dir)
   T.is(r.code, 0, "a clean run passes")
   T.like(r.stdout, "result%s+PASS", "and says PASS")
   T.like(r.stdout, "due in window%s+18 instants %+ 2 queue tasks", "instants and tasks due are counted")
+  T.like(r.stdout, "term in grace%s+1 runs SIGTERMed mid%-run %(0%.09%-0%.09 s in%), of 2 node%-term%-grace "
+         .. "faults %(1 skipped", "the run SIGTERMed mid-run is counted")
+  T.like(r.stdout, "executed once 1, more than once 0; their attempt recorded succeeded 1",
+         "it executed once, recorded succeeded")
   if r.code ~= 0 then T.diag(r.stdout .. r.stderr) end
   baton.exec { "rm", "-rf", dir }
 end
@@ -220,6 +236,35 @@ do
   record(w, "tick/" .. iso(13), { state = "succeeded", attempt = 2, attempts = {
     { attempt = 1, node = "n2", state = "lost" }, { attempt = 2, fence = 514, state = "succeeded" } } })
   w.line("faults.jsonl", { kind = "proxy-freeze", phase = "begin", n = 3, node = "n2", mono = M0 + 13.05, t = 13.05 })
+  -- (tick/14..16 come after the window, where only the duplicate rules
+  -- look at executions)
+  -- 1b: tick/14 on n1, SIGTERMed 0.3 s in (node-term-grace), completed its
+  -- work in the grace; its node recorded attempt 1 interrupted and n2 ran
+  -- it again: rule 1 allows that (the record says interrupted), 1b does not
+  run(w, { job = "tick", id = iso(14), node = "n1", fence = 520, from = M0 + 14.01, to = M0 + 14.9, gone = M0 + 14.95 })
+  run(w, { job = "tick", id = iso(14), node = "n2", attempt = 2, fence = 521, from = M0 + 15.0, to = M0 + 15.3, gone = M0 + 15.31 })
+  record(w, "tick/" .. iso(14), { state = "succeeded", attempt = 2, attempts = {
+    { attempt = 1, node = "n1", fence = 520, state = "interrupted" }, { attempt = 2, fence = 521, state = "succeeded" } } })
+  w.line("faults.jsonl", { kind = "node-term-grace", phase = "begin", n = 4, node = "n1", mono = M0 + 14.31, t = 14.31,
+    target = { job = "tick", id = iso(14), fence = 520, attempt = 1, start = M0 + 14.01 } })
+  w.line("faults.jsonl", { kind = "node-term-grace", phase = "end", n = 4, node = "n1", mono = M0 + 17, t = 17 })
+  -- allowed: tick/15 completed its work on n3, which was killed before it
+  -- recorded it; recorded lost, run again (at least once: docs/guide.md)
+  run(w, { job = "tick", id = iso(15), node = "n3", fence = 522, from = M0 + 15.01, to = M0 + 15.31, gone = M0 + 18.3 })
+  run(w, { job = "tick", id = iso(15), node = "n4", attempt = 2, fence = 523, from = M0 + 18.6, to = M0 + 18.9, gone = M0 + 18.91 })
+  record(w, "tick/" .. iso(15), { state = "succeeded", attempt = 2, attempts = {
+    { attempt = 1, node = "n3", fence = 522, state = "lost" }, { attempt = 2, fence = 523, state = "succeeded" } } })
+  w.line("faults.jsonl", { kind = "node-kill", phase = "begin", n = 5, node = "n3", mono = M0 + 15.35, t = 15.35 })
+  w.line("faults.jsonl", { kind = "node-kill", phase = "end", n = 5, node = "n3", mono = M0 + 17, t = 17 })
+  -- allowed: tick/16 on n4 cut short by its node's SIGTERM (end line
+  -- cancelled, the run failed), recorded interrupted, run again on n2
+  run(w, { job = "tick", id = iso(16), node = "n4", fence = 524, from = M0 + 16.01, to = M0 + 16.15,
+           end_extra = { cancelled = true }, gone = M0 + 16.2 })
+  run(w, { job = "tick", id = iso(16), node = "n2", attempt = 2, fence = 525, from = M0 + 16.5, to = M0 + 16.8, gone = M0 + 16.81 })
+  record(w, "tick/" .. iso(16), { state = "succeeded", attempt = 2, attempts = {
+    { attempt = 1, node = "n4", fence = 524, state = "interrupted" }, { attempt = 2, fence = 525, state = "succeeded" } } })
+  w.line("faults.jsonl", { kind = "node-term", phase = "begin", n = 6, node = "n4", mono = M0 + 16.1, t = 16.1 })
+  w.line("faults.jsonl", { kind = "node-term", phase = "end", n = 6, node = "n4", mono = M0 + 18, t = 18 })
   -- 3: long/10 starts while long/5 still beats
   run(w, { job = "long", id = iso(5), node = "n2", fence = 515, from = M0 + 5.01,
            beats = { M0 + 6, M0 + 8, M0 + 10.5 }, to = M0 + 10.6, gone = M0 + 10.61 })
@@ -248,15 +293,23 @@ do
   local dir = save(w, meta())
   local r, counts = check(dir)
   T.is(r.code, 1, "a run with violations fails (exit 1)")
-  local want = { ["1"] = 2, ["2"] = 2, ["2b"] = 1, ["2c"] = 1, ["3"] = 1, ["4"] = 1, ["5"] = 1,
+  local want = { ["1"] = 2, ["1b"] = 1, ["2"] = 2, ["2b"] = 1, ["2c"] = 1, ["3"] = 1, ["4"] = 1, ["5"] = 1,
                  ["5b"] = 1, ["6"] = 1, ["7"] = 1, ["8"] = 1, ["9"] = 1, ["10"] = 1 }
-  for _, code in ipairs { "1", "2", "2b", "2c", "3", "4", "5", "5b", "6", "7", "8", "9", "10" } do
+  for _, code in ipairs { "1", "1b", "2", "2b", "2c", "3", "4", "5", "5b", "6", "7", "8", "9", "10" } do
     T.is(counts[code], want[code], "violations of kind " .. code .. ": " .. want[code])
   end
   local function has(str, name) return T.ok(r.stdout:find(str, 1, true), name) end
   has("tick/" .. iso(3) .. ": fence 501 (n1, attempt 1, +3.01..+3.31 s) still executing 0.11 s after "
       .. "fence 502", "the overlap is named")
   T.like(r.stdout, "the record says attempt 1 was succeeded", "the unexplained re-run says why")
+  has("tick/" .. iso(14) .. ": fence 520 (n1, attempt 1, +14.01..+14.90 s) completed its work (end line at "
+      .. "+14.90 s), then fence 521 (n2, attempt 2, +15.00..+15.30 s) executed it again; the record says "
+      .. "attempt 1 was interrupted, not lost", "the completed run done again is named (1b)")
+  T.ok(not r.stdout:find("tick/" .. iso(15) .. ":", 1, true), "a completed run recorded lost may run again")
+  T.ok(not r.stdout:find("tick/" .. iso(16) .. ":", 1, true), "a run cut short (cancelled) may run again")
+  T.like(r.stdout, "term in grace%s+1 runs SIGTERMed mid%-run %(0%.30%-0%.30 s in%)", "the SIGTERMed run is counted")
+  T.like(r.stdout, "executed once 0, more than once 1; their attempt recorded interrupted 1",
+         "and it executed twice, its attempt recorded interrupted")
   has("instant tick/" .. iso(6) .. ": no execution and no record", "the miss is named")
   T.like(r.stdout, "queue task t2 .-never done", "the task never done is named")
   T.like(r.stdout, "1 x \"concurrency forbid: busy\"", "the skip is tallied by reason")
@@ -265,9 +318,9 @@ do
   T.like(r.stdout, "after \"session lost\" of that lease %(777%)", "the lost lease is named")
   T.like(r.stdout, "attempt 2 claimed [%d.]+ s later, started 6%.00 s later on n1 %(limit 4%.0 s%)",
          "the slow failover, against TTL + 1 s")
-  T.like(r.stdout, "2 lost attempts re%-run: p50 3%.50 s, max 6%.00 s", "failover p50 and max")
+  T.like(r.stdout, "3 lost attempts re%-run: p50 3%.50 s, max 6%.00 s", "failover p50 and max")
   T.like(r.stdout, "queue task p2 %(a NUL byte in its value%): executed", "the poisoned task run is named")
-  T.like(r.stdout, "FAIL: 15 violations %(seed 1%)", "the total and the seed")
+  T.like(r.stdout, "FAIL: 16 violations %(seed 1%)", "the total and the seed")
   if r.code ~= 1 or counts["1"] ~= 2 then T.diag(r.stdout .. r.stderr) end
   baton.exec { "rm", "-rf", dir }
 end
