@@ -329,8 +329,9 @@ end
 
 -- show_job(name) --> `baton job show --json`: {name, key, revision,
 -- created_revision, version, paused, broken, error?, running_revision?,
--- spec (job.summary, or null when no version loads), next [5 instants],
--- status [{node, revision, error, time, running}], runs [10 newest records]}.
+-- spec (job.summary, or null when no version loads), source (as stored),
+-- next [5 instants], status [{node, revision, error, time, running}], runs
+-- [10 newest records]}.
 function M.show_job(name)
   local ok, nerr, ncode = check_name("job", name)
   if not ok then return nil, nerr, ncode end
@@ -354,7 +355,7 @@ function M.show_job(name)
     version = kv.version, paused = d.paused, broken = d.broken, error = d.error,
     running_revision = d.running_revision, untrusted = d.untrusted,
     signed_by = sign.signer(kv.value),
-    spec = spec and job.summary(spec) or json.null,
+    spec = spec and job.summary(spec) or json.null, source = kv.value,
     next = json.array(next), status = json.array(st), runs = json.array(rs),
   }
 end
@@ -1392,11 +1393,34 @@ function M.versions(kind, name)
   return versions.list(kind, name)
 end
 
--- diff_versions(kind, name, r1, r2) --> unified diff text.
+-- diff_versions(kind, name [, r1 [, r2]]) --> unified diff text ("" for
+-- the same source), r1, r2: of the sources at revisions r1 and r2. r2
+-- defaults to the revision stored now, r1 to the newest version before r2
+-- that has a source (GET /api/v1/jobs/{name}/diff: what changed last).
 function M.diff_versions(kind, name, r1, r2)
   local ok, nerr, ncode = check_name(kind, name)
   if not ok then return nil, nerr, ncode end
-  return versions.diff(kind, name, r1, r2)
+  if not r1 or not r2 then
+    local list, err, code = versions.list(kind, name)
+    if not list then return nil, err, code end
+    for _, v in ipairs(list) do
+      if not r2 and v.current then r2 = v.revision end
+    end
+    if not r2 then
+      return fail(format("ENOENT: no %s %s is stored now; give two revisions (baton %s versions %s lists them)",
+        kind, name, kind, name), "ENOENT")
+    end
+    for _, v in ipairs(list) do -- (newest first)
+      if not r1 and v.revision < r2 and v.op ~= "rm" then r1 = v.revision end
+    end
+    if not r1 then
+      return fail(format("ENOENT: %s %s has no version before revision %d to compare it with", kind, name, r2),
+        "ENOENT")
+    end
+  end
+  local text, err, code = versions.diff(kind, name, r1, r2)
+  if not text then return nil, err, code end
+  return text, r1, r2
 end
 
 -- rollback(kind, name, rev [, opts]) --> as put_job / put_policy, with

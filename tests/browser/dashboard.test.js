@@ -16,6 +16,13 @@
 //   BATON_DASH_OK_TEXT   this line (and a line with markup in it)
 //   BATON_DASH_FAIL_JOB  a job that fails, with
 //   BATON_DASH_FAIL_TEXT in its error
+//   BATON_DASH_PARAMS_JOB  a manual job with params who (default "world")
+//                        and greeting ("hi"; "hello" in its first version):
+//                        stored twice, the second with markup in a comment
+//   BATON_DASH_EVENT_JOB a job that runs after each success of it (its run
+//                        ids are <time>~<job>~<id>~succeeded: 70 characters)
+//   BATON_DASH_SLOW_JOB  a job that runs 2.5 s every second (instants skipped)
+//   BATON_DASH_LONG_JOB  a manual job that runs a minute unless killed
 //   BATON_DASH_ARTIFACTS where the screenshots go (kept after the run)
 //   BATON_DASH_SCRATCH   a scratch directory (the browser's profile)
 //   BATON_CHROMIUM       the browser (default /usr/bin/chromium)
@@ -48,6 +55,10 @@ const OK_JOB = env('BATON_DASH_OK_JOB');
 const OK_TEXT = env('BATON_DASH_OK_TEXT');
 const FAIL_JOB = env('BATON_DASH_FAIL_JOB');
 const FAIL_TEXT = env('BATON_DASH_FAIL_TEXT');
+const PARAMS_JOB = env('BATON_DASH_PARAMS_JOB');
+const EVENT_JOB = env('BATON_DASH_EVENT_JOB');
+const SLOW_JOB = env('BATON_DASH_SLOW_JOB');
+const LONG_JOB = env('BATON_DASH_LONG_JOB');
 const ARTIFACTS = env('BATON_DASH_ARTIFACTS');
 const SCRATCH = env('BATON_DASH_SCRATCH');
 const CHROMIUM = env('BATON_CHROMIUM', '/usr/bin/chromium');
@@ -129,6 +140,42 @@ async function shot(page, file) {
   await page.screenshot({ path: p, fullPage: true });
   diag(`screenshot: ${p}`);
   return p;
+}
+
+// Whether the columns named (of table sel) can be seen without scrolling
+// sideways: the page does not scroll sideways, and each column's header
+// cell (or, where a narrow screen shows rows as blocks of labelled cells
+// and no header, each of its cells in the first rows) lies within the
+// viewport and within its table's scrolling box. True or a reason.
+async function columnsInView(page, sel, names) {
+  return page.evaluate((sel2, names2) => {
+    const table = document.querySelector(sel2);
+    if (!table) return `no ${sel2}`;
+    const wrap = table.closest('.table-wrap');
+    const vw = document.documentElement.clientWidth;
+    const why = [];
+    if (document.documentElement.scrollWidth > vw + 1) why.push(`the page scrolls sideways (${document.documentElement.scrollWidth} > ${vw} px)`);
+    const w = wrap.getBoundingClientRect();
+    const seen = (el) => {
+      const r = el.getBoundingClientRect();
+      return r.width > 0 && r.left >= Math.max(0, w.left) - 1 && r.right <= Math.min(vw, w.right) + 1 ? null
+        : `${Math.round(r.left)}-${Math.round(r.right)} px, outside 0-${vw} / its box ${Math.round(w.left)}-${Math.round(w.right)}`;
+    };
+    const headed = table.tHead && table.tHead.offsetParent !== null;
+    for (const name of names2) {
+      if (headed) {
+        const th = Array.from(table.tHead.querySelectorAll('th')).find((t) => t.textContent.trim() === name);
+        const bad = th ? (th.offsetParent === null ? 'hidden' : seen(th)) : 'missing';
+        if (bad) why.push(`${name} header: ${bad} (table ${table.scrollWidth} px wide in ${wrap.clientWidth})`);
+      } else {
+        const cells = Array.from(table.tBodies[0].rows).slice(0, 6)
+          .map((tr) => Array.from(tr.cells).find((c) => c.dataset.label === name)).filter((c) => c && c.offsetParent !== null);
+        if (cells.length === 0) why.push(`no ${name} cell shown`);
+        for (const c of cells) { const bad = seen(c); if (bad) { why.push(`a ${name} cell: ${bad}`); break; } }
+      }
+    }
+    return why.length === 0 ? true : `${sel2}${headed ? '' : ' (as blocks)'}: ${why.join('; ')}`;
+  }, sel, names);
 }
 
 // The rows of a tbody as {key, cls} in page order.
@@ -218,6 +265,28 @@ async function run(browser) {
   await check('the header says the node is writable', async () => {
     await a.waitForSelector('#cluster-line .mode.rw', { timeout: 5000 });
   });
+  await check('"Running now" always agrees with the running runs listed and the nodes\' Running column', async () => {
+    // (sampled in the page for 5 s while runs of SLOW_JOB start and end:
+    // the card and the nodes' column once counted what the nodes published
+    // each second, the list what the records said)
+    await a.waitForSelector(`#runs-body tr.run[data-job=${css(SLOW_JOB)}]`, { timeout: 10000 });
+    const r = await a.evaluate(async () => {
+      const out = { samples: 0, busy: 0, bad: [] };
+      const end = Date.now() + 5000;
+      while (Date.now() < end) {
+        const card = Number(document.querySelector('#stat-busy .stat-value').textContent);
+        const listed = document.querySelectorAll('#runs-body tr.run.state-running').length;
+        const perNode = Array.from(document.querySelectorAll('#nodes-body td.running')).reduce((t, td) => t + Number(td.textContent), 0);
+        out.samples += 1;
+        if (listed > 0) out.busy += 1;
+        if (card !== listed || perNode !== listed) out.bad.push(`card ${card}, list ${listed}, nodes ${perNode}`);
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      return out;
+    });
+    return (r.bad.length === 0 && r.busy > 0) ||
+      `${r.bad.length} of ${r.samples} samples disagree (${r.busy} with a run listed): ${r.bad.slice(0, 4).join('; ')}`;
+  });
   await check('without a token no action is shown', async () => {
     const acts = await a.$$eval('button.act', (els) => els.length);
     const head = await a.$eval('#jobs-table .acts-head', (e) => e.hidden);
@@ -261,6 +330,92 @@ async function run(browser) {
     await a.waitForFunction((job) => Array.from(document.querySelectorAll(`#runs-body tr.run[data-job="${job}"] .kind`))
       .some((k) => k.textContent === 'manual'), { timeout: 12000 }, OK_JOB);
   });
+  const paramsRow = `tr.job[data-job=${css(PARAMS_JOB)}]`;
+  let paramsRun = null;
+  await check(`Run now of ${PARAMS_JOB} asks for its params, with their defaults, and runs with them`, async () => {
+    await a.click(`${paramsRow} button.act-run`);
+    await a.waitForSelector('dialog.modal[open] input', { timeout: 5000 });
+    const fields = await a.$$eval('dialog.modal[open] input', (els) => els.map((e) => `${e.name}=${e.value}`).join(' '));
+    if (fields !== 'greeting=hi who=world') return `the form's fields: ${fields}`;
+    await a.click('dialog.modal[open] input[name="who"]', { clickCount: 3 });
+    await a.type('dialog.modal[open] input[name="who"]', 'the <b>dashboard</b>');
+    await a.click('dialog.modal[open] button.act-confirm');
+    await a.waitForFunction(() => {
+      const n2 = document.querySelector('#notice');
+      return n2 && !n2.hidden && /requested/.test(n2.textContent) && !document.querySelector('dialog.modal');
+    }, { timeout: 8000 });
+    const id = await a.$eval('#notice', (e) => (/\(id ([^)]+)\)/.exec(e.textContent) || [])[1]);
+    for (let i = 0; i < 40 && id; i++) {
+      const got = (await getJSON(`${URL_A}api/v1/runs/${encodeURIComponent(PARAMS_JOB)}/${encodeURIComponent(id)}`)).body;
+      if (got && got.state === 'succeeded') {
+        paramsRun = id;
+        const out = (got.output || []).map((l) => l.text).join('\n');
+        return (got.params && got.params.who === 'the <b>dashboard</b>' && got.params.greeting === 'hi' && out.includes('hi, the <b>dashboard</b>')) ||
+          `record: params ${JSON.stringify(got.params)}, output ${JSON.stringify(out)}`;
+      }
+      await sleep(250);
+    }
+    return `run ${id} did not succeed`;
+  });
+  await check(`a run of ${EVENT_JOB} (a 70-character id) is listed whole: the id is its text and its title`, async () => {
+    const sel = `#runs-body tr.run[data-job=${css(EVENT_JOB)}] td.id a`;
+    await a.waitForFunction((s2, up) => Array.from(document.querySelectorAll(s2)).some((l) => l.textContent.includes(`~${up}~`)),
+      { timeout: 12000 }, sel, PARAMS_JOB);
+    const links = await a.$$eval(sel, (els) => els.map((l) => ({ text: l.textContent, title: l.title, run: l.closest('tr').dataset.run })));
+    const l = links.find((x) => x.text.includes(`~${PARAMS_JOB}~`));
+    const last = await a.$eval(`#jobs-body tr.job[data-job=${css(EVENT_JOB)}] td.last a`, (e) => ({ text: e.textContent, title: e.title }));
+    return (l.text === l.run && l.title === l.run && l.run.length >= 60 && last.text === last.title && last.text.length >= 60) ||
+      `runs: ${JSON.stringify(l)}; jobs' last run: ${JSON.stringify(last)}`;
+  });
+  await a.setViewport({ width: 1400, height: 900 });
+  await sleep(300);
+  await check('at 1400 px, State, Actions and Error are in view in the jobs and the recent runs (no sideways scroll)', async () => {
+    const jobs = await columnsInView(a, '#jobs-table', ['Last run', 'State', 'Actions']);
+    const runs = await columnsInView(a, '#runs-table', ['State', 'Run', 'Error']);
+    return (jobs === true && runs === true) || [jobs, runs].filter((x) => x !== true).join(' | ');
+  });
+  await shot(a, 'dashboard-1400.png');
+  await a.setViewport({ width: 1280, height: 900 });
+
+  const longRow = `tr.job[data-job=${css(LONG_JOB)}]`;
+  await check(`Kill asks first; Cancel kills nothing; Kill stops the run of ${LONG_JOB}, recorded killed`, async () => {
+    let kills = 0;
+    const countKills = (req) => { if (req.method() === 'POST' && /\/kill\b/.test(req.url())) kills += 1; };
+    a.on('request', countKills);
+    try {
+      await a.click(`${longRow} button.act-run`);
+      const btn = `#runs-body tr.run.state-running[data-job=${css(LONG_JOB)}] button.act-kill`;
+      await a.waitForSelector(btn, { timeout: 12000 });
+      const id = await a.$eval(btn, (b) => b.dataset.run);
+      await a.click(btn);
+      await a.waitForSelector('dialog.modal[open] button.act-confirm.danger', { timeout: 5000 });
+      const said = await a.$eval('dialog.modal[open]', (d) => d.textContent);
+      if (!said.includes(id)) return `the dialog does not name the run ${id}: ${said}`;
+      await a.click('dialog.modal[open] button[data-choice="cancel"]');
+      await a.waitForFunction(() => !document.querySelector('dialog.modal'), { timeout: 3000 });
+      await sleep(700);
+      const still = (await getJSON(`${URL_A}api/v1/runs/${encodeURIComponent(LONG_JOB)}/${encodeURIComponent(id)}`)).body;
+      if (kills !== 0 || !still || still.state !== 'running') return `after Cancel: ${kills} kill requests, state ${still && still.state}`;
+      await a.click(`#runs-body tr.run[data-run=${css(id)}] button.act-kill`);
+      await a.waitForSelector('dialog.modal[open] button.act-confirm', { timeout: 5000 });
+      await a.click('dialog.modal[open] button.act-confirm');
+      await a.waitForFunction(() => {
+        const n2 = document.querySelector('#notice');
+        return n2 && !n2.hidden && /to stop/.test(n2.textContent);
+      }, { timeout: 8000 });
+      let rec = null;
+      for (let i = 0; i < 40; i++) {
+        rec = (await getJSON(`${URL_A}api/v1/runs/${encodeURIComponent(LONG_JOB)}/${encodeURIComponent(id)}`)).body;
+        if (rec && rec.state !== 'running') break;
+        await sleep(250);
+      }
+      await a.waitForSelector(`#runs-body tr.run.state-killed[data-run=${css(id)}]`, { timeout: 8000 });
+      return (kills === 1 && rec && rec.state === 'killed' && /^http /.test(String(rec.killed_by))) ||
+        `${kills} kill requests; record ${JSON.stringify(rec && { state: rec.state, killed_by: rec.killed_by })}`;
+    } finally {
+      a.off('request', countKills);
+    }
+  });
   await check('a wrong token gets the API\'s 401 in a notice, and changes nothing', async () => {
     await a.click('#token-forget');
     await a.waitForSelector('#token-input:not([hidden])', { timeout: 3000 });
@@ -301,9 +456,10 @@ async function run(browser) {
       late: document.querySelectorAll('#chart svg rect.pt-lateness').length,
       rows: document.querySelectorAll('#history-body tr.run').length,
       running: document.querySelectorAll('#history-body tr.run.state-running').length, // (no duration yet)
+      skipped: document.querySelectorAll('#history-body tr.run.state-skipped').length, // (none: they did not run)
       lines: document.querySelectorAll('#chart svg path.series').length,
     }));
-    return (c.dur >= 3 && c.late >= 3 && c.dur === Math.min(c.rows, 100) - c.running && c.lines === 2) || JSON.stringify(c);
+    return (c.dur >= 3 && c.late >= 3 && c.dur === Math.min(c.rows, 100) - c.running - c.skipped && c.lines === 2) || JSON.stringify(c);
   });
   await shot(a, 'dashboard-job.png');
 
@@ -335,6 +491,91 @@ async function run(browser) {
     }, { timeout: 8000 }, FAIL_TEXT);
     await a.waitForSelector('#run-output .line', { timeout: 5000 });
   });
+
+  // ---- a job that skips instants: skipped runs drawn as skipped
+  await a.evaluate((job) => { location.hash = `#/jobs/${encodeURIComponent(job)}`; }, SLOW_JOB);
+  await check(`the chart of ${SLOW_JOB} marks its skipped runs as skipped, with no duration`, async () => {
+    await a.waitForSelector('#chart svg.chart-svg', { timeout: 10000 });
+    await a.waitForFunction(() => document.querySelectorAll('#history-body tr.run.state-skipped').length >= 1, { timeout: 10000 });
+    await sleep(300);
+    const c = await a.evaluate(() => {
+      const rows = Array.from(document.querySelectorAll('#history-body tr.run')).slice(0, 100);
+      const skipped = new Set(rows.filter((r) => r.dataset.state === 'skipped').map((r) => r.dataset.run));
+      const marks = Array.from(document.querySelectorAll('#chart .pt-skipped')).map((m) => m.dataset.run);
+      const durs = Array.from(document.querySelectorAll('#chart circle.pt-duration')).map((m) => m.dataset.run);
+      const cells = rows.filter((r) => r.dataset.state === 'skipped').map((r) => r.querySelectorAll('td.num')[1].textContent);
+      return { skipped: skipped.size, marks: marks.length, marked: marks.filter((m) => skipped.has(m)).length,
+        dipped: durs.filter((d) => skipped.has(d)).length, cells: Array.from(new Set(cells)).join(',') };
+    });
+    return (c.skipped >= 1 && c.marks === c.skipped && c.marked === c.skipped && c.dipped === 0 && c.cells === '–') || JSON.stringify(c);
+  });
+  await shot(a, 'dashboard-job-skipped.png');
+
+  // ---- the job's source, versions and diff
+  await a.evaluate((job) => { location.hash = `#/jobs/${encodeURIComponent(job)}`; }, PARAMS_JOB);
+  const stored = (await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(PARAMS_JOB)}`)).body || {};
+  await check(`the job page of ${PARAMS_JOB} shows its source as stored, as text`, async () => {
+    await a.waitForFunction(() => { const p = document.querySelector('#job-source'); return p && p.textContent.length > 0; }, { timeout: 10000 });
+    const r = await a.evaluate(() => ({
+      text: document.querySelector('#job-source').textContent,
+      imgs: document.querySelectorAll('#view img').length,
+      xss: window.__xss === undefined ? 'none' : String(window.__xss),
+    }));
+    return (typeof stored.source === 'string' && r.text === stored.source && r.text.includes('<img src=x onerror=window.__xss=2> is text') &&
+      r.imgs === 0 && r.xss === 'none') || `page: ${JSON.stringify(r)}; API source: ${JSON.stringify(stored.source)}`;
+  });
+  await check('its versions, newest first, and the diff of the last change, as text', async () => {
+    await a.waitForFunction(() => document.querySelectorAll('#versions-body tr.version').length >= 2, { timeout: 10000 });
+    const revs = await a.$$eval('#versions-body tr.version', (trs) => trs.map((t) => Number(t.dataset.revision)));
+    if (!(revs[0] === stored.revision && revs[0] > revs[1])) return `versions ${revs.join(',')}, stored revision ${stored.revision}`;
+    await a.click('#versions-body tr.version:first-child button.act-diff');
+    await a.waitForSelector('#job-diff .dl.add', { timeout: 8000 });
+    const d = await a.evaluate(() => ({
+      del: Array.from(document.querySelectorAll('#job-diff .dl.del')).map((l) => l.textContent),
+      add: Array.from(document.querySelectorAll('#job-diff .dl.add')).map((l) => l.textContent),
+      imgs: document.querySelectorAll('#view img').length,
+    }));
+    const api = (await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(PARAMS_JOB)}/diff?from=${revs[1]}&to=${revs[0]}`)).body || {};
+    // (a removed comment, "-- ...", is a line "--- ..." of the diff: not its header)
+    const changed = typeof api.diff === 'string' ? api.diff.split('\n').slice(2).filter((l) => /^[-+]/.test(l)) : [];
+    return (d.del.some((l) => l.includes('greeting = "hello"')) && d.del.some((l) => l.includes('(version 1)')) &&
+      d.add.some((l) => l.includes('greeting = "hi"')) && d.add.some((l) => l.includes('<img src=x onerror=window.__xss=2>')) &&
+      d.imgs === 0 && changed.length === d.del.length + d.add.length) || `${JSON.stringify(d)}; API: ${JSON.stringify(api)}`;
+  });
+  await check('GET .../diff: with no revision, the last change; a bad or unknown revision is refused', async () => {
+    const whole = await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(PARAMS_JOB)}/diff`);
+    const badRev = await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(PARAMS_JOB)}/diff?from=abc`);
+    const unknown = await getJSON(`${URL_A}api/v1/jobs/${encodeURIComponent(PARAMS_JOB)}/diff?from=1&to=2`);
+    const w = whole.body || {};
+    return (whole.status === 200 && w.to === stored.revision && w.from < w.to && /^--- dash-params@\d+\n\+\+\+ /.test(w.diff) &&
+      badRev.status === 400 && /from must be a revision/.test(badRev.body && badRev.body.error) && unknown.status === 404) ||
+      `no revision: ${whole.status} ${JSON.stringify(w)}; from=abc: ${badRev.status}; from=1&to=2: ${unknown.status}`;
+  });
+  await a.setViewport({ width: 1400, height: 900 });
+  await sleep(300);
+  await check('at 1400 px, the job page\'s history shows State and Error in view', async () =>
+    columnsInView(a, '#history-table', ['State', 'Run', 'Error']));
+  await shot(a, 'dashboard-job-1400.png');
+  await a.setViewport({ width: 420, height: 900 });
+  await sleep(300);
+  await check('at 420 px, the job page does not scroll sideways, and its history\'s State, Run and Duration are in view', async () => {
+    const hist = await columnsInView(a, '#history-table', ['State', 'Run', 'Duration']);
+    const vers = await columnsInView(a, '#versions-table', ['Revision', 'Op']);
+    return (hist === true && vers === true) || [hist, vers].filter((x) => x !== true).join(' | ');
+  });
+  await shot(a, 'dashboard-job-420.png');
+  await a.evaluate(() => { location.hash = '#/'; });
+  await a.waitForSelector(`#jobs-body ${paramsRow}`, { timeout: 10000 });
+  await a.waitForSelector('#runs-body tr.run', { timeout: 10000 });
+  await sleep(300);
+  await check('at 420 px, the overview does not scroll sideways, and State, Actions and Error are in view', async () => {
+    const jobs = await columnsInView(a, '#jobs-table', ['Last run', 'State', 'Actions']);
+    const runs = await columnsInView(a, '#runs-table', ['State', 'Run', 'Error']);
+    return (jobs === true && runs === true) || [jobs, runs].filter((x) => x !== true).join(' | ');
+  });
+  await shot(a, 'dashboard-420.png');
+  await a.setViewport({ width: 1280, height: 900 });
+
   const same = await a.evaluate(() => window.__sameDocument);
   ok(same === 'yes', 'moving between views never reloaded the page');
 

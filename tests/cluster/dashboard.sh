@@ -3,7 +3,11 @@
 # baton nodes with --http on free loopback ports, on the suite's etcd
 # and a private prefix: node A with --http-token-file (writable), node B
 # without (read-only), B started first so that it leads. A job that
-# succeeds every second (and prints) and one that fails every second.
+# succeeds every second (and prints) and one that fails every second; a
+# manual job with params, stored twice (two versions to diff); an event job
+# that runs after it (its run ids are 70 characters long); one that runs
+# 2.5 s every second (so that instants are skipped, and runs start and end
+# all the time); a manual one that runs a minute (to kill).
 # A third node, dash-c, runs 2 s fast under libfaketime (when installed),
 # so that the page has a clock offset past --max-skew to flag. Then
 # tests/browser/dashboard.test.js drives Debian's chromium through
@@ -27,6 +31,7 @@ ENV=()
 A=dash-a B=dash-b C=dash-c
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 OK_JOB=dash-ok FAIL_JOB=dash-fail
+PARAMS_JOB=dash-params EVENT_JOB=dash-after-params SLOW_JOB=dash-slow LONG_JOB=dash-long
 OK_TEXT="dash-ok says hello"
 FAIL_TEXT="the disk is full"
 
@@ -196,11 +201,44 @@ EOF
 b job put "$tmp/$OK_JOB.lua" >/dev/null 2>&1 && b job put "$tmp/$FAIL_JOB.lua" >/dev/null 2>&1
 ok $? "put $OK_JOB (succeeds every second) and $FAIL_JOB (fails every second)"
 
+cat >"$tmp/$PARAMS_JOB.lua" <<'EOF'
+-- dash-params: greets whom it is told (version 1)
+return {
+  schedule = "@manual",
+  params = { who = "world", greeting = "hello" },
+  run = function(ctx) print(ctx.params.greeting .. ", " .. ctx.params.who) end,
+}
+EOF
+b job put "$tmp/$PARAMS_JOB.lua" >/dev/null 2>&1 &&
+  sed -i -e 's/(version 1)/(version 2) <img src=x onerror=window.__xss=2> is text/' \
+    -e 's/greeting = "hello"/greeting = "hi"/' "$tmp/$PARAMS_JOB.lua" &&
+  b job put "$tmp/$PARAMS_JOB.lua" >/dev/null 2>&1
+ok $? "put $PARAMS_JOB (manual, with params) twice: two versions"
+cat >"$tmp/$EVENT_JOB.lua" <<EOF
+return { on = { succeeded = { "$PARAMS_JOB" } }, run = function(ctx) print("after $PARAMS_JOB") end }
+EOF
+cat >"$tmp/$SLOW_JOB.lua" <<'EOF'
+return {
+  schedule = "* * * * * *",
+  run = function(ctx)
+    for _ = 1, 25 do
+      if ctx:cancelled() then return end
+      baton.sleep(0.1)
+    end
+  end,
+}
+EOF
+sed -e 's/"\* \* \* \* \* \*"/"@manual"/' -e 's/1, 25 do/1, 600 do/' "$tmp/$SLOW_JOB.lua" >"$tmp/$LONG_JOB.lua"
+b job put "$tmp/$EVENT_JOB.lua" >/dev/null 2>&1 && b job put "$tmp/$SLOW_JOB.lua" >/dev/null 2>&1 &&
+  b job put "$tmp/$LONG_JOB.lua" >/dev/null 2>&1 && b job run "$PARAMS_JOB" >/dev/null 2>&1
+ok $? "put $EVENT_JOB (after $PARAMS_JOB), $SLOW_JOB (2.5 s every second), $LONG_JOB (a minute); ran $PARAMS_JOB"
+
 runs_in() { # JOB STATE N: at least N records of JOB in STATE
   [ "$(b job history "$1" -n 20 2>/dev/null | awk -v s="$2" '$4 == s' | wc -l)" -ge "$3" ]
 }
-eventually 15 runs_in "$OK_JOB" succeeded 3 && eventually 10 runs_in "$FAIL_JOB" failed 1
-ok $? "both jobs have run ($OK_JOB succeeded 3 times, $FAIL_JOB failed)" ||
+eventually 15 runs_in "$OK_JOB" succeeded 3 && eventually 10 runs_in "$FAIL_JOB" failed 1 &&
+  eventually 10 runs_in "$EVENT_JOB" succeeded 1 && eventually 10 runs_in "$SLOW_JOB" skipped 1
+ok $? "the jobs have run ($OK_JOB succeeded 3 times, $FAIL_JOB failed, $EVENT_JOB ran, $SLOW_JOB skipped)" ||
   { tail -n 20 "$tmp/$A.log" | diag; exit 1; }
 
 # ---- the browser
@@ -212,6 +250,8 @@ TAP_START=$n TAP_COUNT_FILE=$tmp/count \
   BATON_DASH_TTL=$TTL BATON_DASH_TOKEN=$token \
   BATON_DASH_OK_JOB=$OK_JOB BATON_DASH_OK_TEXT=$OK_TEXT \
   BATON_DASH_FAIL_JOB=$FAIL_JOB BATON_DASH_FAIL_TEXT=$FAIL_TEXT \
+  BATON_DASH_PARAMS_JOB=$PARAMS_JOB BATON_DASH_EVENT_JOB=$EVENT_JOB BATON_DASH_SLOW_JOB=$SLOW_JOB \
+  BATON_DASH_LONG_JOB=$LONG_JOB \
   BATON_DASH_ARTIFACTS=$artifacts BATON_DASH_SCRATCH=$tmp/browser BATON_CHROMIUM=$chromium \
   timeout -k 5 180 node "$root/tests/browser/dashboard.test.js"
 rc=$?

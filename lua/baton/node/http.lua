@@ -398,6 +398,25 @@ end
 function API.job_versions(_, _, p) return answer(200, ops.versions("job", p.name)) end
 function API.policy_versions(_, _, p) return answer(200, ops.versions("policy", p.name)) end
 
+-- GET /api/v1/jobs/{name}/diff[?from=R1&to=R2]: `baton job diff NAME R1
+-- R2` as {name, from, to, diff}; to defaults to the revision stored now,
+-- from to the version before it (what changed last).
+function API.job_diff(_, _, p, q)
+  local rev = {}
+  for _, k in ipairs { "from", "to" } do
+    local v = q[k]
+    if v ~= nil then
+      if not v:match("^%d+$") or #v > 15 or tonumber(v) < 1 then
+        return bad(format("%s must be a revision (a whole number >= 1), not %q", k, v))
+      end
+      rev[k] = tonumber(v)
+    end
+  end
+  local text, from, to = ops.diff_versions("job", p.name, rev.from, rev.to)
+  if not text then return fail_of(from, to) end
+  return 200, { name = p.name, from = from, to = to, diff = text }
+end
+
 -- POST /api/v1/queues/{queue}/tasks: the body is one task; with
 -- ?batch=true, many, as `baton queue push QUEUE -` reads them (one per line,
 -- or a JSON array), answered {queue, count, keys, revision}.
@@ -485,6 +504,7 @@ local ROUTES = {
   { "api/v1/jobs/:name/kill", POST = "job_kill", query = { POST = { id = true } } },
   { "api/v1/jobs/:name/runs", GET = "job_runs", query = { GET = { limit = true } } },
   { "api/v1/jobs/:name/versions", GET = "job_versions" },
+  { "api/v1/jobs/:name/diff", GET = "job_diff", query = { GET = { from = true, to = true } } },
   { "api/v1/runs", GET = "runs", query = { GET = { limit = true } } },
   { "api/v1/runs/:job/*id", GET = "run_get", query = { GET = { attempt = true } } },
   { "api/v1/nodes", GET = "nodes" },

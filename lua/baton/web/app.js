@@ -1,8 +1,9 @@
 // baton's dashboard: one page, three views chosen by the URL's hash.
 //
 //   #/                the cluster: nodes, jobs, recent runs (failures first)
-//   #/jobs/NAME       a job: its spec, its history and a chart of duration
-//                     and lateness over its last runs
+//   #/jobs/NAME       a job: its spec, its history, a chart of duration
+//                     and lateness over its last runs, its source, its
+//                     versions and the diff between two of them
 //   #/runs/JOB/ID     a run: its record, its attempts and its kept output
 //
 // Everything comes from the node's API (docs/api.md), polled every POLL_MS
@@ -11,10 +12,12 @@
 // and scroll stay where they were. Every piece of data reaches the DOM
 // through textContent or setAttribute, never as markup.
 //
-// Actions (run now, pause, resume) are shown only when /api/v1/info says
-// the node is writable (it has --http-token-file) and the page has a token:
-// typed into the token field or passed once as #token=... in the URL (then
-// removed from it), kept in sessionStorage for this tab only.
+// Actions (run now, with the job's params when it declares some; pause,
+// resume; kill a running run, once confirmed) are shown only when
+// /api/v1/info says the node is writable (it has --http-token-file) and the
+// page has a token: typed into the token field or passed once as #token=...
+// in the URL (then removed from it), kept in sessionStorage for this tab
+// only.
 'use strict';
 
 (() => {
@@ -84,8 +87,10 @@
 
   // Makes tbody's rows those of items, in order: a row is kept while its
   // item (and ctx) is unchanged, rebuilt when it changed, removed when its
-  // key is gone.
+  // key is gone. Each cell gets its column's name as data-label (a narrow
+  // screen shows rows as blocks of labelled cells: style.css).
   function syncRows(tbody, items, keyOf, build, ctx) {
+    const heads = tbody.parentElement && tbody.parentElement.tHead ? Array.from(tbody.parentElement.tHead.rows[0].cells) : [];
     const old = new Map();
     for (const tr of Array.from(tbody.children)) old.set(tr.dataset.key, tr);
     const extra = JSON.stringify(ctx || null);
@@ -96,6 +101,10 @@
       let tr = old.get(key);
       if (!tr || tr._sig !== sig) {
         const fresh = build(item);
+        Array.from(fresh.cells).forEach((c, i) => {
+          const label = heads[i] ? heads[i].textContent : '';
+          if (label && !c.dataset.label) c.dataset.label = label;
+        });
         fresh.dataset.key = key;
         fresh._sig = sig;
         if (tr) tr.replaceWith(fresh);
@@ -216,7 +225,10 @@
     return '?';
   }
 
+  // A skipped run never ran: no duration (its record's started and finished
+  // are both when it was skipped).
   function runDuration(r) {
+    if (r.state === 'skipped') return null;
     if (num(r.duration) !== null) return r.duration;
     if (num(r.started) !== null && num(r.finished) !== null) return r.finished - r.started;
     return null;
@@ -241,6 +253,7 @@
     if (r.state === 'running' && num(r.started) !== null) {
       return h('td', { class: 'num' }, h('span', { class: 'since', data: { t: r.started } }, sinceText(r.started)));
     }
+    if (r.state === 'skipped') return h('td', { class: 'num muted', title: 'skipped: it did not run' }, '–');
     return h('td', { class: 'num muted' }, '–');
   }
 
@@ -260,6 +273,15 @@
 
   const runHref = (job, id) => `#/runs/${encodeURIComponent(job)}/${id.split('/').map(encodeURIComponent).join('/')}`;
   const jobHref = (job) => `#/jobs/${encodeURIComponent(job)}`;
+
+  // A run's id as a link: the whole id is its text (selected and copied
+  // whole) and its title; it may wrap after each "~" of an event id
+  // (<time>~<job>~<id>~<state>) and, past that, anywhere (.runid).
+  function runLink(job, id) {
+    const kids = [];
+    id.split('~').forEach((part, i) => { if (i > 0) kids.push('~', h('wbr')); kids.push(part); });
+    return h('a', { class: 'runid mono small', href: runHref(job, id), title: id }, kids);
+  }
 
   // Failures first (newest first among them), then the rest newest first;
   // the API's order is newest first, which a stable sort keeps.
@@ -462,21 +484,28 @@
   // --------------------------------------------------------------- actions
 
   const ACTIONS = {
-    run: { label: 'Run now', path: 'run', done: (j, b) => `Run of ${j} requested${b && b.id ? ` (id ${b.id})` : ''}.` },
+    run: { label: 'Run now', path: 'run', done: (j, b) => `Run of ${j} requested${b && b.id ? ` (id ${b.id})` : ''}` +
+      `${b && b.params && Object.keys(b.params).length ? ` with ${Object.keys(b.params).map((k) => `${k}=${b.params[k]}`).join(' ')}` : ''}.` },
     pause: { label: 'Pause', path: 'pause', done: (j, b) => (b && b.changed === false ? `${j} was already paused.` : `${j} paused.`) },
     resume: { label: 'Resume', path: 'resume', done: (j, b) => (b && b.changed === false ? `${j} was not paused.` : `${j} resumed.`) },
+    kill: { label: 'Kill', path: 'kill', done: (j, b) => `Asked ${j} ${(b && b.killed || []).join(', ') || 'its runs'} to stop; the record says when it has.` },
   };
 
-  async function act(kind, job, btn) {
+  // POSTs action kind of job (opts.body: the JSON body; opts.id: the run,
+  // for kill) and says how it went in a notice.
+  async function act(kind, job, btn, opts = {}) {
     const a = ACTIONS[kind];
     if (btn) btn.disabled = true;
     try {
-      const body = await api(`api/v1/jobs/${encodeURIComponent(job)}/${a.path}`, { method: 'POST', auth: true, body: kind === 'run' ? '{}' : undefined });
+      const q = opts.id != null ? `?id=${encodeURIComponent(opts.id)}` : '';
+      const body = await api(`api/v1/jobs/${encodeURIComponent(job)}/${a.path}${q}`, {
+        method: 'POST', auth: true, body: opts.body !== undefined ? opts.body : (kind === 'run' ? '{}' : undefined),
+      });
       notice('good', a.done(job, body));
     } catch (e) {
       let hint = '';
       if (e.status === 401) hint = ' Check the token (Forget, then enter the first line of the node\'s --http-token-file).';
-      notice('bad', `${a.label} ${job} failed: ${e.message} (${e.code}${e.status ? `, HTTP ${e.status}` : ''}).${hint}`);
+      notice('bad', `${a.label} ${job}${opts.id != null ? ` ${opts.id}` : ''} failed: ${e.message} (${e.code}${e.status ? `, HTTP ${e.status}` : ''}).${hint}`);
     } finally {
       if (btn) btn.disabled = false;
       if (S.view) S.view.jobsAt = 0; // show the change now, however long the list
@@ -484,13 +513,93 @@
     }
   }
 
-  function actionButtons(job, paused) {
-    const mk = (kind) => h('button', {
+  // A modal dialog (<dialog>, so focus stays in it and Escape cancels):
+  // title, body (nodes or text), fields [{name, value}] as labelled text
+  // inputs, and the button that confirms (ok, danger for a red one). The
+  // promise gives the fields' values ({} without fields) once confirmed,
+  // or null when cancelled.
+  let modalSeq = 0;
+  function modal({ title, body, fields, ok, danger }) {
+    return new Promise((resolve) => {
+      const id = `modal-${++modalSeq}`;
+      const inputs = (fields || []).map((f, i) => {
+        const input = h('input', { id: `${id}-f${i}`, name: f.name, type: 'text', value: f.value, spellcheck: 'false', autocomplete: 'off', autofocus: i === 0 });
+        return { f, input, row: h('div', { class: 'field' }, h('label', { for: input.id, class: 'mono' }, f.name), input) };
+      });
+      const cancel = h('button', { type: 'button', class: 'act', autofocus: inputs.length === 0, data: { choice: 'cancel' } }, 'Cancel');
+      const confirm = h('button', { type: 'submit', class: `act act-confirm${danger ? ' danger' : ' act-run'}`, data: { choice: 'ok' } }, ok);
+      const form = h('form', { class: 'modal-form', novalidate: true, autocomplete: 'off' },
+        h('h2', { id: `${id}-title` }, title),
+        h('div', { class: 'modal-body' }, body),
+        inputs.length ? h('div', { class: 'fields-form' }, inputs.map((x) => x.row)) : null,
+        h('div', { class: 'modal-buttons' }, cancel, confirm));
+      const dlg = h('dialog', { class: 'modal', id, 'aria-labelledby': `${id}-title` }, form);
+      let result = null;
+      // (no submission, which the CSP's form-action 'none' would refuse)
+      form.addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        result = {};
+        for (const x of inputs) result[x.f.name] = x.input.value;
+        dlg.close();
+      });
+      cancel.addEventListener('click', () => dlg.close());
+      dlg.addEventListener('close', () => { dlg.remove(); resolve(result); });
+      document.body.append(dlg);
+      dlg.showModal();
+    });
+  }
+
+  // Run now: straight away for a job without params; else a form with each
+  // declared param and its default first. params: the spec's, when the page
+  // has it (the job page); else (the overview's listing has none) asked of
+  // GET /api/v1/jobs/NAME.
+  async function runNow(job, btn, params) {
+    if (params === undefined) {
+      try {
+        const j = await api(`api/v1/jobs/${encodeURIComponent(job)}`);
+        params = j && j.spec && typeof j.spec === 'object' ? j.spec.params : null;
+      } catch (_) { params = null; } // (the run's own answer says what is wrong)
+    }
+    const names = params && typeof params === 'object' ? Object.keys(params).sort() : [];
+    if (names.length === 0) return act('run', job, btn);
+    const vals = await modal({
+      title: `Run ${job} now`,
+      body: h('p', null, 'With these params (ctx.params); each starts at the job\'s default.'),
+      fields: names.map((k) => ({ name: k, value: params[k] == null ? '' : String(params[k]) })),
+      ok: 'Run',
+    });
+    if (vals) return act('run', job, btn, { body: JSON.stringify({ params: vals }) });
+    return undefined;
+  }
+
+  // Kill: asks first, then POST .../kill?id=ID.
+  async function askKill(job, id, btn) {
+    const yes = await modal({
+      title: `Kill this run of ${job}?`,
+      body: [h('p', null, 'Run ', h('span', { class: 'mono runid' }, id), ' of ', h('b', null, job), ' is running.'),
+        h('p', { class: 'muted' }, 'It is asked to stop (ctx:cancelled() turns true, its processes get SIGTERM, then SIGKILL after the node\'s grace period), recorded killed, and not retried.')],
+      ok: 'Kill', danger: true,
+    });
+    if (yes) return act('kill', job, btn, { id });
+    return undefined;
+  }
+
+  function killButton(job, id) {
+    return h('button', {
+      type: 'button', class: 'act act-kill', data: { job, run: id, action: 'kill' },
+      'aria-label': `Kill run ${id} of ${job}`, title: 'Stop this run (asks first)',
+      onclick: (ev) => askKill(job, id, ev.currentTarget),
+    }, 'Kill');
+  }
+
+  function actionButtons(job, paused, params) {
+    const mk = (kind, fn) => h('button', {
       type: 'button', class: `act act-${kind}`, data: { job, action: kind },
       'aria-label': `${ACTIONS[kind].label}: ${job}`,
-      onclick: (ev) => act(kind, job, ev.currentTarget),
+      onclick: (ev) => fn(ev.currentTarget),
     }, ACTIONS[kind].label);
-    return h('span', { class: 'actions' }, mk('run'), paused ? mk('resume') : mk('pause'));
+    return h('span', { class: 'actions' }, mk('run', (b) => runNow(job, b, params)),
+      paused ? mk('resume', (b) => act('resume', job, b)) : mk('pause', (b) => act('pause', job, b)));
   }
 
   // ------------------------------------------------------------------ views
@@ -549,6 +658,17 @@
     return h('span', { class: 'chips' }, keys.map((k) => h('span', { class: 'chip' }, `${k}=${labels[k]}`)));
   }
 
+  // The runs recorded running on node n among the overview's runs
+  // (withRunningLast), which the summary and the recent runs count too. The
+  // node's own figure, published once a second and counting only the runs
+  // executing in its workers, is in the title.
+  function runningCell(n, ctx) {
+    const mine = (ctx.running && ctx.running[n.name]) || 0;
+    const own = nodeRunning(n.running);
+    return h('td', { class: 'num running', title: `${mine} run${mine === 1 ? '' : 's'} recorded running on ${n.name}; ` +
+      `the node last published ${own} executing (it publishes once a second)` }, String(mine));
+  }
+
   function nodeRow(n, ctx) {
     const leader = ctx.leader === n.name;
     const mismatch = ctx.version && n.version && n.version !== ctx.version;
@@ -558,7 +678,7 @@
         leader ? h('span', { class: 'badge leader leader-mark', title: 'elected cluster leader', 'aria-label': 'leader' }, '★ leader') : null,
         ctx.self === n.name ? h('span', { class: 'badge neutral self-mark', title: 'the node serving this page' }, 'this node') : null),
       h('td', { class: mismatch ? 'warn-text' : null, title: mismatch ? `differs from ${ctx.self}'s ${ctx.version}` : null }, n.version || '–'),
-      h('td', { class: 'num running' }, String(nodeRunning(n.running))),
+      runningCell(n, ctx),
       h('td', null, labelChips(n.labels)),
       clockCell(n),
       h('td', { class: 'opt' }, num(n.started) !== null ? h('span', { title: iso(n.started) }, 'up ', h('span', { class: 'rel-up', data: { t: n.started } }, dur(nowSec() - n.started))) : '–'));
@@ -596,7 +716,7 @@
       h('td', { class: 'opt' }, j.timezone || (j.schedule ? 'UTC' : '–')),
       h('td', { class: 'next' }, j.next ? [h('span', { class: 'mono' }, zoned(j.next)), ' ', h('span', { class: 'rel muted', data: { t: nextT } }, rel(nextT))]
         : h('span', { class: 'muted' }, j.paused ? 'paused' : '–')),
-      h('td', { class: 'last' }, last ? [stateBadge(last.state), ' ', h('a', { class: 'mono small', href: runHref(j.name, String(last.run)) }, String(last.run))]
+      h('td', { class: 'last' }, last ? [stateBadge(last.state), ' ', runLink(j.name, String(last.run))]
         : h('span', { class: 'muted' }, 'no runs yet')),
       h('td', { class: 'state' }, jobState(j)),
       ctx.act ? h('td', { class: 'acts' }, actionButtons(j.name, j.paused)) : null);
@@ -609,10 +729,10 @@
     const job = r.job || ctx.job;
     const kind = kindOf(r);
     return h('tr', { class: `run state-${r.state || 'unknown'}${FAILED.has(r.state) ? ' failed' : ''}`, data: { job, run: id, state: r.state } },
-      h('td', null, stateBadge(r.state)),
+      h('td', { class: 'state' }, stateBadge(r.state), ctx.act && r.state === 'running' ? killButton(job, id) : null),
       ctx.job ? null : h('td', { class: 'name' }, h('a', { href: jobHref(job) }, job)),
-      h('td', { class: 'id' }, h('a', { class: 'mono small', href: runHref(job, id) }, id), kind ? h('span', { class: 'kind' }, kind) : null),
-      h('td', null, r.node || '–'),
+      h('td', { class: 'id' }, runLink(job, id), kind ? h('span', { class: 'kind' }, kind) : null),
+      h('td', { class: 'node' }, r.node || '–'),
       h('td', { class: 'num opt' }, r.attempt != null ? String(r.attempt) : '–'),
       h('td', { class: 'opt' }, timeEl(r.started)),
       durationCell(r),
@@ -625,6 +745,32 @@
 
   // ---- overview (#/)
 
+  // The recent runs (GET /api/v1/runs, the newest by start time) and the
+  // jobs' last runs (GET /api/v1/jobs) that are running but too old to be
+  // among them (a long run on a busy cluster): the runs the overview lists.
+  // The summary's "running now" and the nodes' Running column count the
+  // running ones of this same list, so the three agree at every poll (the
+  // nodes' own figures are published once a second, and counted only runs
+  // executing in a worker: they disagreed with the list).
+  function withRunningLast(runs, jobs) {
+    const have = new Set(runs.map((r) => `${r.job}\u0000${runId(r)}`));
+    const extra = [];
+    for (const j of jobs || []) {
+      const l = j.last && typeof j.last === 'object' ? j.last : null;
+      if (!l || l.state !== 'running' || typeof l.run !== 'string' || have.has(`${j.name}\u0000${l.run}`)) continue;
+      extra.push({ job: j.name, key: l.run, state: l.state, fire: l.fire, started: l.started, node: l.node, attempt: l.attempt });
+    }
+    extra.sort((a, b) => (num(b.started) || 0) - (num(a.started) || 0));
+    return runs.concat(extra);
+  }
+
+  // {node name: running runs} of a list of runs.
+  function runningByNode(runs) {
+    const t = {};
+    for (const r of runs) if (r.state === 'running') t[r.node || '?'] = (t[r.node || '?'] || 0) + 1;
+    return t;
+  }
+
   function overviewView() {
     const filter = h('input', {
       id: 'job-filter', type: 'search', placeholder: 'filter jobs', 'aria-label': 'Filter jobs by name, schedule or state', value: S.filter,
@@ -635,7 +781,7 @@
       section('nodes', 'Nodes', table('nodes', [['Node'], ['Version'], ['Running', 'num'], ['Labels'], ['Clock offset'], ['Uptime', 'opt']])),
       section('jobs', 'Jobs', h('div', { class: 'tools' }, filter),
         table('jobs', [['Job'], ['Schedule'], ['Zone', 'opt'], ['Next'], ['Last run'], ['State'], ['Actions', 'acts-head']])),
-      section('runs', 'Recent runs', h('p', { class: 'hint' }, `The last ${RUNS_LIMIT} runs across jobs, failures first. Lateness is start − instant.`),
+      section('runs', 'Recent runs', h('p', { class: 'hint' }, `The last ${RUNS_LIMIT} runs across jobs, and any older one still running; failures first. Lateness is start − instant.`),
         table('runs', RUN_HEADS(true))));
     const view = { name: 'overview', el, lastJobs: null };
 
@@ -653,6 +799,24 @@
         (shown.length > cut.length ? ` · showing ${cut.length} of ${shown.length}` : ''));
     }
 
+    function renderRuns() {
+      const runs = view.runs || [];
+      const ctx = { act: canAct() };
+      syncRows($('#runs-body', el), runs, (r) => `${r.job}\u0000${runId(r)}`, (r) => runRow(r, ctx), ctx);
+      setEmpty('runs', runs, 'No runs yet.');
+      const failed = runs.filter((r) => FAILED.has(r.state)).length;
+      setCount('runs', `${runs.length}${failed ? ` · ${failed} failed` : ''}`);
+    }
+
+    function renderNodes() {
+      const nodes = view.nodes || [];
+      const ctx = { leader: S.info && S.info.leader, self: S.info && S.info.node, version: S.info && S.info.version,
+        running: runningByNode(view.runs || []) };
+      syncRows($('#nodes-body', el), nodes, (n) => n.name, (n) => nodeRow(n, ctx), ctx);
+      setEmpty('nodes', nodes, 'No live node is registered.');
+      setCount('nodes', String(nodes.length));
+    }
+
     view.paths = () => {
       const p = { info: 'api/v1/info', nodes: 'api/v1/nodes', runs: `api/v1/runs?limit=${RUNS_LIMIT}` };
       // (a list of thousands of jobs is megabytes: not every 2 s)
@@ -661,31 +825,26 @@
       return p;
     };
     view.update = (d) => {
-      if (d.jobs) view.jobsAt = Date.now();
-      if (d.nodes) {
-        const nodes = Array.isArray(d.nodes) ? d.nodes.filter((n) => n && typeof n.name === 'string') : [];
-        const ctx = { leader: S.info && S.info.leader, self: S.info && S.info.node, version: S.info && S.info.version };
-        syncRows($('#nodes-body', el), nodes, (n) => n.name, (n) => nodeRow(n, ctx), ctx);
-        setEmpty('nodes', nodes, 'No live node is registered.');
-        setCount('nodes', String(nodes.length));
-        view.nodes = nodes;
-      }
       if (d.jobs) {
+        view.jobsAt = Date.now();
         view.lastJobs = Array.isArray(d.jobs) ? d.jobs.filter((j) => j && typeof j.name === 'string') : [];
         renderJobs(view.lastJobs);
       }
       if (d.runs) {
-        const runs = failuresFirst(Array.isArray(d.runs) ? d.runs.filter((r) => r && typeof r === 'object') : []);
-        syncRows($('#runs-body', el), runs, (r) => `${r.job}\u0000${runId(r)}`, (r) => runRow(r, {}), null);
-        setEmpty('runs', runs, 'No runs yet.');
-        const failed = runs.filter((r) => FAILED.has(r.state)).length;
-        setCount('runs', `${runs.length}${failed ? ` · ${failed} failed` : ''}`);
-        view.runs = runs;
+        const recent = Array.isArray(d.runs) ? d.runs.filter((r) => r && typeof r === 'object') : [];
+        view.runs = failuresFirst(withRunningLast(recent, view.lastJobs));
+        renderRuns();
       }
+      if (d.nodes) view.nodes = Array.isArray(d.nodes) ? d.nodes.filter((n) => n && typeof n.name === 'string') : [];
+      renderNodes();
       renderSummary(el, view);
       el.querySelector('.acts-head').hidden = !canAct();
     };
-    view.rerender = () => { if (view.lastJobs) renderJobs(view.lastJobs); el.querySelector('.acts-head').hidden = !canAct(); };
+    view.rerender = () => {
+      if (view.lastJobs) renderJobs(view.lastJobs);
+      if (view.runs) renderRuns();
+      el.querySelector('.acts-head').hidden = !canAct();
+    };
     return view;
   }
 
@@ -698,14 +857,17 @@
       h('div', { class: 'stat-label' }, label), h('div', { class: 'stat-value' }, value), h('div', { class: 'stat-sub' }, sub));
     const failed = runs.filter((r) => FAILED.has(r.state)).length;
     const running = runs.filter((r) => r.state === 'running').length;
-    const busy = nodes.reduce((a, n) => a + nodeRunning(n.running), 0);
+    const byNode = runningByNode(runs);
+    const listed = new Set(nodes.map((n) => n.name));
+    const onListed = nodes.filter((n) => byNode[n.name] > 0).length;
+    const elsewhere = Object.keys(byNode).filter((k) => !listed.has(k)).reduce((a, k) => a + byNode[k], 0);
     const broken = jobs.filter((j) => j.broken).length;
     $('#summary', el).replaceChildren(
       stat('stat-nodes', 'Nodes', String(nodes.length),
         S.info && S.info.leader ? `leader ${S.info.leader}${skewed ? ` · ${skewed} clock skewed` : ''}` : 'no leader', !S.info || !S.info.leader || skewed ? 'warn' : ''),
       stat('stat-jobs', 'Jobs', String(jobs.length), `${broken} broken · ${jobs.filter((j) => j.paused).length} paused`, broken ? 'bad' : ''),
-      stat('stat-busy', 'Running now', String(busy),
-        `on ${nodes.filter((n) => nodeRunning(n.running) > 0).length} of ${nodes.length} nodes${running ? ` · ${running} in the list below` : ''}`, ''),
+      stat('stat-busy', 'Running now', String(running),
+        `on ${onListed} of ${nodes.length} nodes${elsewhere ? ` · ${elsewhere} on a node that left` : ''}`, ''),
       stat('stat-failed', 'Recent failures', String(failed), `of the last ${runs.length} runs`, failed ? 'bad' : 'good'));
   }
 
@@ -722,15 +884,41 @@
         h('section', { id: 'job-chart', class: 'card', 'aria-labelledby': 'job-chart-title' },
           h('div', { class: 'card-head' }, h('h2', { id: 'job-chart-title' }, 'Duration and lateness'), h('span', { class: 'count', id: 'chart-count' })),
           h('figure', { id: 'chart', class: 'chart' }))),
-      section('history', 'History', h('p', { class: 'hint' }, `Newest first, up to ${HISTORY_LIMIT} runs.`), table('history', RUN_HEADS(false))));
+      section('history', 'History', h('p', { class: 'hint' }, `Newest first, up to ${HISTORY_LIMIT} runs.`), table('history', RUN_HEADS(false))),
+      h('div', { class: 'stack' },
+        section('source', 'Source', h('p', { class: 'hint' }, 'The job file as stored (baton job show, and GET /api/v1/jobs/NAME\'s source).'),
+          h('pre', { id: 'job-source', class: 'source mono', tabindex: '0', 'aria-label': `Source of ${name}` })),
+        section('versions', 'Versions', h('p', { class: 'hint' }, 'Each put, rm and rollback, newest first (baton job versions). Diff compares two of them.'),
+          table('versions', [['Revision', 'num'], ['Time'], ['Author'], ['Op'], ['SHA-256', 'opt'], ['Checked', 'opt'], ['']]),
+          h('form', { id: 'diff-form', class: 'diff-form', autocomplete: 'off', hidden: true },
+            h('label', { for: 'diff-from' }, 'from'), h('select', { id: 'diff-from' }),
+            h('label', { for: 'diff-to' }, 'to'), h('select', { id: 'diff-to' }),
+            h('button', { type: 'submit', class: 'act', id: 'diff-show' }, 'Diff')),
+          h('div', { id: 'job-diff', class: 'diff mono', role: 'region', 'aria-label': 'Diff', tabindex: '0', hidden: true }))));
     const view = { name: 'job', el, job: name };
     const enc = encodeURIComponent(name);
     view.paths = () => ({ info: 'api/v1/info', job: `api/v1/jobs/${enc}`, history: `api/v1/jobs/${enc}/runs?limit=${HISTORY_LIMIT}` });
+    const renderHistory = () => {
+      const runs = view.history || [];
+      const ctx = { job: name, act: canAct() };
+      syncRows($('#history-body', el), runs, (r) => runId(r), (r) => runRow(r, ctx), ctx);
+    };
     view.update = (d) => {
-      if (d.job) { view.lastJob = d.job; renderJobSpec(el, d.job); }
+      if (d.job) {
+        view.lastJob = d.job;
+        renderJobSpec(el, d.job);
+        renderSource(el, view, d.job);
+        // The version log changes with the stored revision: read it then
+        // (it is checked against etcd's history, a read per version).
+        if (d.job.revision !== view.versionsOf) {
+          view.versionsOf = d.job.revision;
+          loadVersions(el, view);
+        }
+      }
       if (d.history) {
         const runs = Array.isArray(d.history) ? d.history.filter((r) => r && typeof r === 'object') : [];
-        syncRows($('#history-body', el), runs, (r) => runId(r), (r) => runRow(r, { job: name }), { job: name });
+        view.history = runs;
+        renderHistory();
         setEmpty('history', runs, 'No runs of this job yet.');
         setCount('history', String(runs.length));
         const sig = JSON.stringify(runs.slice(0, CHART_RUNS).map((r) => [runId(r), r.state, runDuration(r), runLateness(r)]));
@@ -740,7 +928,14 @@
         }
       }
     };
-    view.rerender = () => { if (view.lastJob) renderJobSpec(el, view.lastJob); };
+    view.rerender = () => {
+      if (view.lastJob) renderJobSpec(el, view.lastJob);
+      if (view.history) renderHistory();
+    };
+    $('#diff-form', el).addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      showDiff(el, name, $('#diff-from', el).value, $('#diff-to', el).value);
+    });
     view.missing = (k, e) => {
       if (k !== 'job') return false;
       const err = $('#job-error', el);
@@ -751,15 +946,109 @@
       $('#job-actions', el).replaceChildren();
       $('#job-state', el).replaceChildren(badge('not found', 'warn'));
       view.lastJob = null;
+      renderSource(el, view, null);
       return true;
     };
     return view;
   }
 
+  // The stored source, as text; set only when it changed (a selection in it
+  // survives the polls).
+  function renderSource(el, view, j) {
+    const src = j && typeof j.source === 'string' ? j.source : null;
+    if (src === view.source) return;
+    view.source = src;
+    const pre = $('#job-source', el);
+    if (src === null) {
+      pre.textContent = '';
+      setCount('source', j ? 'not in the answer' : '');
+      return;
+    }
+    pre.textContent = src;
+    const lines = src === '' ? 0 : src.split('\n').length - (src.endsWith('\n') ? 1 : 0);
+    setCount('source', `revision ${j.revision} · ${lines} line${lines === 1 ? '' : 's'}${j.signed_by ? ` · signed by ${j.signed_by}` : ''}`);
+  }
+
+  // GET .../versions into the versions table and the diff form's choices.
+  async function loadVersions(el, view) {
+    const name = view.job;
+    let list;
+    try {
+      list = await api(`api/v1/jobs/${encodeURIComponent(name)}/versions`);
+    } catch (e) {
+      if (S.view !== view) return;
+      $('#versions-body', el).replaceChildren();
+      setEmpty('versions', [], e.status === 404 ? 'No versions.' : `Could not read the versions: ${e.message}`);
+      view.versionsOf = e.status === 404 ? view.versionsOf : null; // (try again at the next poll)
+      return;
+    }
+    if (S.view !== view) return;
+    const vs = (Array.isArray(list) ? list : []).filter((v) => v && num(v.revision) !== null);
+    const withSource = vs.filter((v) => v.op !== 'rm');
+    const before = (v) => withSource.find((w) => w.revision < v.revision);
+    syncRows($('#versions-body', el), vs, (v) => String(v.revision), (v) => {
+      const prev = v.op !== 'rm' ? before(v) : null;
+      return h('tr', { class: `version${v.current ? ' current' : ''}`, data: { revision: v.revision } },
+        h('td', { class: 'num' }, String(v.revision), v.current ? [' ', badge('current', 'good')] : null),
+        h('td', null, timeEl(v.time)),
+        h('td', { class: 'author' }, v.author || 'unknown'),
+        h('td', null, v.op || '–'),
+        h('td', { class: 'mono small opt', title: v.sha256 || '' }, typeof v.sha256 === 'string' ? v.sha256.slice(0, 12) : '–'),
+        h('td', { class: `opt${v.checked === 'mismatch' ? ' bad-text' : ''}` }, v.checked === 'mismatch' ? 'MISMATCH' : (v.checked || '–')),
+        h('td', null, prev ? h('button', {
+          type: 'button', class: 'act act-diff', data: { from: prev.revision, to: v.revision },
+          'aria-label': `Diff revision ${prev.revision} to ${v.revision}`,
+          onclick: () => {
+            $('#diff-from', el).value = String(prev.revision);
+            $('#diff-to', el).value = String(v.revision);
+            showDiff(el, name, prev.revision, v.revision);
+          },
+        }, 'diff') : null));
+    }, null);
+    setEmpty('versions', vs, 'No versions.');
+    setCount('versions', String(vs.length));
+    const form = $('#diff-form', el);
+    form.hidden = withSource.length < 2;
+    for (const [id, pick] of [['#diff-from', withSource[1]], ['#diff-to', withSource[0]]]) {
+      const sel = $(id, el);
+      const was = sel.value;
+      sel.replaceChildren(...withSource.map((v) => h('option', { value: v.revision }, `${v.revision}${v.current ? ' (current)' : ''}`)));
+      sel.value = withSource.some((v) => String(v.revision) === was) ? was : (pick ? String(pick.revision) : '');
+    }
+  }
+
+  // GET .../diff?from=&to= into the diff box, a line each, as text.
+  async function showDiff(el, name, from, to) {
+    const box = $('#job-diff', el);
+    box.hidden = false;
+    box.replaceChildren(h('p', { class: 'empty' }, `Comparing ${from} with ${to}…`));
+    let d;
+    try {
+      d = await api(`api/v1/jobs/${encodeURIComponent(name)}/diff?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`);
+    } catch (e) {
+      box.replaceChildren(h('p', { class: 'empty bad-text' }, `Diff failed: ${e.message}`));
+      return;
+    }
+    const text = d && typeof d.diff === 'string' ? d.diff : '';
+    if (text === '') {
+      box.replaceChildren(h('p', { class: 'empty' }, `Revisions ${from} and ${to} have the same source.`));
+      return;
+    }
+    // (the "--- a" and "+++ b" lines come before the first hunk; in a hunk,
+    // a removed Lua comment starts with "---" too)
+    let inHunk = false;
+    const lines = text.replace(/\n$/, '').split('\n');
+    box.replaceChildren(...lines.map((l) => {
+      if (l.startsWith('@@')) inHunk = true;
+      const cls = !inHunk ? 'head' : l.startsWith('@@') ? 'hunk' : l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : 'ctx';
+      return h('div', { class: `dl ${cls}` }, l === '' ? ' ' : l);
+    }));
+  }
+
   function renderJobSpec(el, j) {
     const spec = j.spec && typeof j.spec === 'object' ? j.spec : null;
     $('#job-state', el).replaceChildren(...jobState(j));
-    $('#job-actions', el).replaceChildren(canAct() ? actionButtons(j.name, j.paused) : '');
+    $('#job-actions', el).replaceChildren(canAct() ? actionButtons(j.name, j.paused, spec ? spec.params || null : null) : '');
     const err = $('#job-error', el);
     err.hidden = !j.broken;
     err.replaceChildren(...(j.broken ? [h('strong', null, 'Broken: '), String(j.error || 'the job does not load'),
@@ -795,12 +1084,14 @@
   }
 
   // An inline SVG of the runs' duration and lateness (oldest left), one
-  // point each, with a shared axis in seconds. Each point links to its run.
+  // point each, with a shared axis in seconds. A skipped run did not run: a
+  // mark under the axis, no duration. Each point and mark links to its run.
   function chart(job, runs) {
-    const W = 640, H = 240, L = 56, R = 14, T = 14, B = 30;
-    const pts = runs.map((r, i) => ({ r, i, id: runId(r), d: runDuration(r), l: runLateness(r) }));
+    const W = 640, H = 252, L = 56, R = 14, T = 14, B = 42;
+    const pts = runs.map((r, i) => ({ r, i, id: runId(r), d: runDuration(r), l: runLateness(r), skip: r.state === 'skipped' }));
     const vals = pts.flatMap((p) => [p.d, p.l]).filter((v) => v !== null);
-    if (pts.length === 0 || vals.length === 0) {
+    const skips = pts.filter((p) => p.skip).length;
+    if (pts.length === 0 || (vals.length === 0 && skips === 0)) {
       setCount('chart', '');
       return [h('p', { class: 'empty' }, 'No finished runs to chart yet.')];
     }
@@ -813,7 +1104,8 @@
       class: 'chart-svg', viewBox: `0 0 ${W} ${H}`, role: 'img', preserveAspectRatio: 'xMidYMid meet',
       'aria-labelledby': 'chart-desc',
     });
-    g.append(svg('desc', { id: 'chart-desc' }, `Duration and lateness of the last ${pts.length} runs of ${job}, oldest on the left, up to ${dur(max)}.`));
+    g.append(svg('desc', { id: 'chart-desc' }, `Duration and lateness of the last ${pts.length} runs of ${job}, oldest on the left, up to ${dur(max)}` +
+      `${skips ? `; ${skips} skipped, marked under the axis` : ''}.`));
     const grid = svg('g', { class: 'grid-lines' });
     for (let v = 0; v <= max + step / 2; v += step) {
       grid.append(svg('line', { x1: L, x2: W - R, y1: y(v), y2: y(v) }),
@@ -822,14 +1114,17 @@
     g.append(grid);
     const first = pts[0].r, lastR = pts[pts.length - 1].r;
     const tlabel = (r) => clock(num(r.started) !== null ? r.started : r.fire);
-    g.append(svg('text', { x: L, y: H - 8, class: 'tick' }, tlabel(first)),
-      svg('text', { x: W - R, y: H - 8, 'text-anchor': 'end', class: 'tick' }, tlabel(lastR)));
-    // One path per series, broken where a run has no value.
+    g.append(svg('text', { x: L, y: H - 6, class: 'tick' }, tlabel(first)),
+      svg('text', { x: W - R, y: H - 6, 'text-anchor': 'end', class: 'tick' }, tlabel(lastR)));
+    if (skips) g.append(svg('text', { x: L - 6, y: H - B + 16, 'text-anchor': 'end', class: 'tick' }, 'skipped'));
+    // One path per series, broken where a run has no value (a skipped run
+    // is no gap: the line goes on from the run before it to the one after).
     const series = [['duration', (p) => p.d], ['lateness', (p) => p.l]];
     for (const [name, get] of series) {
       let dpath = '';
       let pen = false;
       for (const p of pts) {
+        if (p.skip) continue;
         const v = get(p);
         if (v === null) { pen = false; continue; }
         dpath += `${pen ? 'L' : 'M'}${x(p.i).toFixed(1)},${y(v).toFixed(1)}`;
@@ -838,9 +1133,15 @@
       if (dpath) g.append(svg('path', { class: `series line-${name}`, d: dpath }));
     }
     const dots = svg('g', { class: 'points' });
+    const skipY = H - B + 12; // the skipped runs' lane, under the axis
     for (const p of pts) {
-      const tip = `${p.id}: ${p.r.state || '?'}, duration ${dur(p.d)}${p.l !== null ? `, lateness ${dur(p.l)}` : ''}${p.r.node ? ` on ${p.r.node}` : ''}`;
+      const tip = p.skip ? `${p.id}: skipped${p.r.error ? ` (${p.r.error})` : ''}`
+        : `${p.id}: ${p.r.state || '?'}, duration ${dur(p.d)}${p.l !== null ? `, lateness ${dur(p.l)}` : ''}${p.r.node ? ` on ${p.r.node}` : ''}`;
       const a = svg('a', { href: runHref(job, p.id), class: 'pt-link' }, svg('title', null, tip));
+      if (p.skip) {
+        const cx = x(p.i), k = 3.5;
+        a.append(svg('path', { class: 'pt pt-skipped', d: `M${(cx - k).toFixed(1)},${(skipY - k).toFixed(1)}l${2 * k},${2 * k}m0,${-2 * k}l${-2 * k},${2 * k}`, data: { run: p.id } }));
+      }
       const bad = FAILED.has(p.r.state) ? ' pt-failed' : '';
       if (p.d !== null) a.append(svg('circle', { class: `pt pt-duration${bad}`, cx: x(p.i).toFixed(1), cy: y(p.d).toFixed(1), r: 3.5, data: { run: p.id } }));
       if (p.l !== null) a.append(svg('rect', { class: `pt pt-lateness${bad}`, x: (x(p.i) - 3).toFixed(1), y: (y(p.l) - 3).toFixed(1), width: 6, height: 6, data: { run: p.id } }));
@@ -849,7 +1150,7 @@
     g.append(dots);
     const legend = h('figcaption', { class: 'legend' },
       h('span', { class: 'key key-duration' }, 'duration'), h('span', { class: 'key key-lateness' }, 'lateness (start − instant)'),
-      h('span', { class: 'key key-failed' }, 'failed run'));
+      h('span', { class: 'key key-failed' }, 'failed run'), skips ? h('span', { class: 'key key-skipped' }, `skipped (did not run): ${skips}`) : null);
     return [g, legend];
   }
 
@@ -872,7 +1173,7 @@
   function runView(job, id) {
     const el = h('div', { class: 'runpage' },
       h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/' }, 'Cluster'), ' / ', h('a', { href: jobHref(job) }, job), ' / ', h('span', null, 'run')),
-      h('div', { class: 'page-head' }, h('h1', { id: 'run-title' }, h('span', { class: 'muted' }, `${job} `), h('span', { class: 'mono' }, id)), h('span', { id: 'run-state', class: 'badges' })),
+      h('div', { class: 'page-head' }, h('h1', { id: 'run-title' }, h('span', { class: 'muted' }, `${job} `), h('span', { class: 'mono' }, id)), h('span', { id: 'run-state', class: 'badges' }), h('span', { id: 'run-actions', class: 'actions' })),
       h('div', { id: 'run-error', class: 'alert', role: 'note', hidden: true }),
       h('div', { class: 'cols' },
         h('section', { id: 'run', class: 'card', 'aria-labelledby': 'run-rec-title' },
@@ -888,16 +1189,19 @@
     view.paths = () => ({ info: 'api/v1/info', run: `api/v1/runs/${encodeURIComponent(job)}/${encId}` });
     view.update = (d) => {
       if (!d.run) return;
-      const sig = JSON.stringify(d.run);
+      const sig = JSON.stringify(d.run) + canAct();
       if (sig === view.sig) return;
       view.sig = sig;
+      view.run = d.run;
       el.classList.remove('not-found');
       renderRun(el, job, d.run);
     };
-    view.rerender = () => {};
+    view.rerender = () => { if (view.run) view.update({ run: view.run }); };
     view.missing = (k, e) => {
       if (k !== 'run') return false;
       view.sig = null;
+      view.run = null;
+      $('#run-actions', el).replaceChildren();
       el.classList.add('not-found');
       const err = $('#run-error', el);
       err.hidden = false;
@@ -912,6 +1216,7 @@
 
   function renderRun(el, job, r) {
     $('#run-state', el).replaceChildren(stateBadge(r.state), kindOf(r) ? badge(kindOf(r), 'neutral') : '');
+    $('#run-actions', el).replaceChildren(canAct() && r.state === 'running' ? killButton(job, runId(r)) : '');
     const err = $('#run-error', el);
     err.hidden = !r.error;
     err.className = `alert${FAILED.has(r.state) ? '' : ' soft'}`;
