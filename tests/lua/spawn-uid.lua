@@ -9,7 +9,7 @@ for _, bad in ipairs {
   { { "true", gid = -1 }, "baton.spawn: gid must be a whole number from 0 to 4294967294" },
   { { "true", uid = 1.5 }, "baton.spawn: uid must be a whole number from 0 to 4294967294" },
   { { "true", uid = 2 ^ 32 }, "baton.spawn: uid must be a whole number from 0 to 4294967294" },
-  { { "true", user = "nobody" }, "unknown option .user. %(expected env, cwd, stdio, channel, stop_signal, output, argv0, uid or gid%)" },
+  { { "true", user = "nobody" }, "unknown option .user. %(expected env, cwd, stdio, channel, stop_signal, output, argv0, clear_env, uid or gid%)" },
 } do
   T.error_like(function() baton.spawn(bad[1]) end, bad[2], "misuse: " .. bad[2]:gsub("%%", ""))
 end
