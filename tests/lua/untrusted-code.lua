@@ -115,6 +115,7 @@ local routes = {
   { "GET", "" }, { "GET", "healthz" }, { "GET", "readyz" }, { "GET", "metrics" },
   { "GET", "api/v1/info" }, { "GET", "api/v1/jobs" }, { "GET", "api/v1/jobs/marker" },
   { "GET", "api/v1/jobs/payload" }, { "GET", "api/v1/jobs/marker/runs" }, { "GET", "api/v1/jobs/marker/versions" },
+  { "GET", "api/v1/jobs/marker/diff" },
   { "GET", "api/v1/runs" }, { "GET", "api/v1/runs/marker/latest" }, { "GET", "api/v1/nodes" },
   { "GET", "api/v1/leader" }, { "GET", "api/v1/policies" }, { "GET", "api/v1/policies/markerpol" },
   { "GET", "api/v1/policies/markerpol/versions" },
