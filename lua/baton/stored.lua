@@ -279,21 +279,28 @@ local function spec_of(name, kv, r)
   return job.from_table(t, name, kv.mod_revision)
 end
 
--- A request for kv's source, or nil, err, code when it cannot be one
--- (untrusted, a placeholder, a NUL byte).
-local function job_request(name, kv, opts)
+-- true when kv's source of kind may go to the sandbox; nil, err, code when
+-- it may not (untrusted, a placeholder, not text). Raises on misuse.
+local function admissible(kind, name, kv, opts)
+  if type(kv.value) ~= "string" then
+    error(format("bad argument to '%s' (a source string expected, got %s)", kind, type(kv.value)), 3)
+  end
   if not opts.file then
-    local ok, err = M.verify("job", name, kv)
+    local ok, err = M.verify(kind, name, kv)
     if not ok then return nil, err, "EUNTRUSTED" end
   end
-  if type(kv.value) ~= "string" then
-    error(format("bad argument to 'job' (a source string expected, got %s)", type(kv.value)), 3)
-  end
   if kv.value == sign.PLACEHOLDER then
-    return nil, format("ENOENT: job %s is being stored (a signed put has not finished)", name), "ENOENT"
+    return nil, format("ENOENT: %s %s is being stored (a signed put has not finished)", kind, name), "ENOENT"
   end
-  local bad = not_text("job", name, kv.value)
+  local bad = not_text(kind, name, kv.value)
   if bad then return nil, bad, "EINVAL" end
+  return true
+end
+
+-- A request for kv's source, or nil, err, code when it cannot be one.
+local function job_request(name, kv, opts)
+  local ok, err, code = admissible("job", name, kv, opts)
+  if not ok then return nil, err, code end
   return { op = "job", name = name, source = kv.value, chunk = opts.chunkname }
 end
 
@@ -405,15 +412,8 @@ end
 -- loaded until release); opts.file, opts.chunkname as for job.
 function M.policy(name, kv, opts)
   opts = opts or {}
-  if not opts.file then
-    local ok, err = M.verify("policy", name, kv)
-    if not ok then return nil, err, "EUNTRUSTED" end
-  end
-  if kv.value == sign.PLACEHOLDER then
-    return nil, format("ENOENT: policy %s is being stored (a signed put has not finished)", name), "ENOENT"
-  end
-  local bad = not_text("policy", name, kv.value)
-  if bad then return nil, bad, "EINVAL" end
+  local ok, err, code = admissible("policy", name, kv, opts)
+  if not ok then return nil, err, code end
   local box = M.box(opts.role)
   local handle
   if opts.role == "decide" then

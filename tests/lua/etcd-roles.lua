@@ -75,12 +75,7 @@ local function as(who, pw, ...)
 end
 
 -- two nodes under the node role (user n1), n1 with the HTTP API
-local function free_port()
-  local l = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = l.port
-  l:close()
-  return port
-end
+local free_port = N.free_port
 local port = free_port()
 F.write(dir .. "/token", "tok-" .. P:gsub("%W", "") .. "\n")
 local nodes = {}

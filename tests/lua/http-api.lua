@@ -18,12 +18,7 @@ local TOKEN = "t0k3n-" .. tostring(math.floor(baton.now() * 1000))
 F.write(dir .. "/token", TOKEN .. "\n")
 
 -- A port nothing listens on now (bound and let go).
-local function free_port()
-  local s = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = s.port
-  s:close()
-  return port
-end
+local free_port = N.free_port
 
 -- One request with curl: {status, headers (lower-cased names), body, json}.
 local n_req = 0

@@ -25,12 +25,7 @@ local e, P, dir = c.e, c.P, c.dir
 local TOKEN = "guard-" .. tostring(math.floor(baton.now() * 1000))
 F.write(dir .. "/token", TOKEN .. "\n")
 
-local function free_port()
-  local s = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = s.port
-  s:close()
-  return port
-end
+local free_port = N.free_port
 
 -- One request with curl: {status, headers (lower-cased names), body, json}.
 local n_req = 0

@@ -51,12 +51,7 @@ local bin = os.getenv("BATON_BIN") or "bin/baton"
 local c = N.new("notify")
 local P = c.P
 
-local function free_port()
-  local probe = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(r) r:respond(200, {}, "") end })
-  local port = probe.port
-  probe:close()
-  return port
-end
+local free_port = N.free_port
 
 -- A webhook receiver (tests/lua/lib/http-sink.lua) on port, writing to out;
 -- every one started is killed at the end, whatever happens.

@@ -73,12 +73,7 @@ T.like(stored:sub(#job_src("v1") + 1), "^%-%- baton%-signature: ed25519 " .. k1i
 local rev1 = rev_of("job", "tick")
 
 -- 2. a node with --trust DIR runs it (and serves the API, with a token)
-local function free_port()
-  local srv = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = srv.port
-  srv:close()
-  return port
-end
+local free_port = N.free_port
 local PORT = free_port()
 write("token", "s3cret\n")
 local HTTP = ("--http 127.0.0.1:%d --http-token-file %s/token"):format(PORT, dir)

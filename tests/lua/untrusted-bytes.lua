@@ -140,12 +140,7 @@ assert(baton.exec { "mkdir", "-p", dir .. "/secrets" })
 F.write(dir .. "/secrets/PW", SECRET .. "\n")
 assert(baton.exec { "chmod", "600", dir .. "/secrets/PW" })
 
-local function free_port()
-  local s = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = s.port
-  s:close()
-  return port
-end
+local free_port = N.free_port
 local port = free_port()
 -- (a label value with an escape: baton nodes prints it)
 c:start("n1", 3, ("--http 127.0.0.1:%d --http-token-file %s --secrets-dir %s --labels 'site=a,evil=%s[8mX'")

@@ -71,12 +71,7 @@ return { schedule = "* * * * * *", run = function() end }
 -- planted code, stored the way an etcd writer would.
 T.is(c:cli("keygen", dir .. "/k").code, 0, "keygen")
 sh(("mkdir %s/trust && cp %s/k.pub %s/trust/"):format(dir, dir, dir))
-local function free_port()
-  local srv = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = srv.port
-  srv:close()
-  return port
-end
+local free_port = N.free_port
 local PORT = free_port()
 write("token", "s3cret\n")
 c:start("a", 3, ("--trust %s/trust --http 127.0.0.1:%d --http-token-file %s/token"):format(dir, PORT, dir))
