@@ -606,9 +606,14 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
             ended = { rec = nrec, revision = ev.kv.mod_revision }
             return finish(ended)
           end
-          if st == "retrying" and a == attempt and not opts.json then
-            io.stdout:write(U.escape(format("--- attempt %d ended: %s; it runs again ---", a,
-              (tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))), "\n")
+          if st == "retrying" and a == attempt then
+            -- (its last chunks were written before this record, but may
+            -- come later on the other watch: read them now)
+            show((read(attempt, ev.kv.mod_revision)))
+            if not opts.json then
+              io.stdout:write(U.escape(format("--- attempt %d ended: %s; it runs again ---", a,
+                (tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))), "\n")
+            end
           end
           switch(a, U.field(nrec, "node"))
         end
