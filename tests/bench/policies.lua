@@ -32,19 +32,26 @@ local function fmt(r)
   return ("%.1f/s"):format(r)
 end
 
--- A stored (untrusted) copy of a built-in, loaded from its source text.
-local function stored(name)
+-- A stored (untrusted) copy of a built-in, loaded from its source text:
+-- in this process (what the sandbox does inside), and in a sandbox, as a
+-- node has it (baton.stored: each decision a round trip to that process).
+local function source_of(name)
   local f = assert(io.open((os.getenv("BATON_ROOT") or ".") .. "/lua/baton/policies/" .. name .. ".lua"))
   local src = f:read("*a")
   f:close()
-  return assert(policy.load(src, name))
+  return src
+end
+local function stored(name) return assert(policy.load(source_of(name), name)) end
+local function sandboxed(name)
+  return assert(require("baton.stored").policy(name, { value = source_of(name), mod_revision = 1 },
+                                                 { file = true, role = "decide" }))
 end
 
 print(("claim_delay: %d nodes; assign_shards: %d shards over %d nodes (calls per second)"):format(NODES, SHARDS, NODES))
-print(("%-13s %12s %12s %12s   %12s %12s %12s"):format("policy", "claim raw", "claim call", "claim stored",
-  "shards raw", "shards call", "shards stored"))
+print(("%-13s %12s %12s %12s %12s   %12s %12s %12s %12s"):format("policy", "claim raw", "claim call",
+  "claim stored", "claim sandbox", "shards raw", "shards call", "shards stored", "shards sandbox"))
 for _, name in ipairs { "default", "race", "hash", "round_robin", "least_loaded", "pinned", "spread" } do
-  local mod, copy = policy.builtin(name), stored(name)
+  local mod, copy, boxed = policy.builtin(name), stored(name), sandboxed(name)
   local cd = mod.claim_delay or policy.builtin("default").claim_delay
   local as = mod.assign_shards or policy.builtin("default").assign_shards
   local k = 0
@@ -55,8 +62,11 @@ for _, name in ipairs { "default", "race", "hash", "round_robin", "least_loaded"
   local s_raw = rate(function() as(job, SHARDS, nodes, fire0) end, 0.5)
   local s_call = rate(function() assert(policy.call(mod, "assign_shards", job, SHARDS, nodes, fire0)) end, 0.5)
   local s_st = rate(function() assert(policy.call(copy, "assign_shards", job, SHARDS, nodes, fire0)) end, 0.5)
-  print(("%-13s %12s %12s %12s   %12s %12s %12s"):format(name, fmt(c_raw), fmt(c_call), fmt(c_st),
-    fmt(s_raw), fmt(s_call), fmt(s_st)))
+  local c_box = rate(function() assert(policy.call(boxed, "claim_delay", job, fire(), nodes, me)) end, 0.3)
+  local s_box = rate(function() assert(policy.call(boxed, "assign_shards", job, SHARDS, nodes, fire0)) end, 0.5)
+  print(("%-13s %12s %12s %12s %12s   %12s %12s %12s %12s"):format(name, fmt(c_raw), fmt(c_call), fmt(c_st),
+    fmt(c_box), fmt(s_raw), fmt(s_call), fmt(s_st), fmt(s_box)))
 end
 print("(raw: a plain call; call: policy.call on the built-in (bounded, result checked); "
-  .. "stored: the same file loaded by policy.load, JIT off, arguments copied)")
+  .. "stored: the same file loaded by policy.load, JIT off, arguments copied; "
+  .. "sandbox: that file in a sandbox process, as a node's stored policy decides)")
