@@ -122,13 +122,14 @@ local function live_nodes(self)
   list = {}
   for _, n in pairs(self.nodes) do list[#list + 1] = n end
   table.sort(list, function(a, b) return a.name < b.name end)
-  self.live_list = list
+  -- (never changed once made: a stored policy's sandbox keeps it, stored.lua)
+  self.live_list = stored.shareable(list)
   return list
 end
 
--- Notes node name's registration n (nil: it left).
+-- Notes node name's registration n (nil: it left), which is never changed.
 local function set_node(self, name, n)
-  self.nodes[name] = n
+  self.nodes[name] = stored.shareable(n)
   self.live_list = nil
 end
 
@@ -150,7 +151,7 @@ local function job_view(name, spec)
         concurrency = spec.concurrency, shards = spec.shards, on_node_loss = spec.on_node_loss,
         retry = { attempts = r.attempts, backoff = r.backoff, max_backoff = r.max_backoff,
                   jitter = r.jitter } }
-  views[spec] = v
+  views[spec] = stored.shareable(v)
   return v
 end
 

@@ -91,7 +91,8 @@ function M.box(role)
   role = role or "describe"
   local b = boxes[role]
   if not b then
-    b = setmetatable({ role = role, gen = 0, busy = false, free = baton._cond() }, Box)
+    b = setmetatable({ role = role, gen = 0, busy = false, free = baton._cond(),
+                       sent = setmetatable({}, { __mode = "k" }), lastref = 0, nrefs = 0, refgen = 0 }, Box)
     boxes[role] = b
   end
   return b
@@ -357,6 +358,45 @@ end
 local handles = 0
 local states = setmetatable({}, { __mode = "k" }) -- module -> its handle in the sandbox
 
+-- Tables a decision's arguments may hold that never change once made (the
+-- node's list of live nodes, a job's view: node.lua): sent to a sandbox
+-- once, then named there by a number, so that a decision among 100 nodes
+-- does not carry them all each time.
+local shareable = setmetatable({}, { __mode = "k" })
+function M.shareable(t)
+  if type(t) == "table" then shareable[t] = true end
+  return t
+end
+-- Shared tables a sandbox keeps before it is told to forget them all.
+M.MAX_REFS = 512
+
+-- The arguments of a decision for box, as its "decide" request takes them:
+-- {n, items = {{v = tree} | {def = id, v = tree} | {ref = id}, ...}}, and
+-- whether the sandbox must forget what it kept first; nil, why.
+local function args_for(box, n, ...)
+  local forget
+  if box.nrefs >= M.MAX_REFS then box.refgen, box.nrefs, forget = box.refgen + 1, 0, true end
+  local key, items = box.gen .. ":" .. box.refgen, {}
+  for i = 1, n do
+    local a = select(i, ...)
+    local sent = shareable[a] and box.sent[a]
+    if sent and sent.key == key then
+      items[i] = { ref = sent.id }
+    else
+      local t, err = sandbox.tree(a)
+      if err then return nil, err end
+      if shareable[a] then
+        box.lastref, box.nrefs = box.lastref + 1, box.nrefs + 1
+        box.sent[a] = { key = key, id = box.lastref }
+        items[i] = { def = box.lastref, v = t }
+      else
+        items[i] = { v = t }
+      end
+    end
+  end
+  return { n = n, items = json.array(items) }, forget
+end
+
 -- The stand-in of a policy the sandbox holds: the fields the sandbox
 -- described, a stand-in function for each decision it defines, and
 -- decisions asked of the sandbox (which loads it again when it was
@@ -371,8 +411,6 @@ local function proxy(name, kv, r, box, handle)
   states[mod] = state
   return policy.remote(mod, function(_, fname, ...)
     if state.failed then return false, state.failed end
-    local args, aerr = sandbox.tree { n = select("#", ...), ... }
-    if not args then return false, fname .. ": its arguments cannot be sent: " .. aerr end
     local res
     for _ = 1, 2 do
       if state.gen ~= box.gen or not box.p then
@@ -383,10 +421,14 @@ local function proxy(name, kv, r, box, handle)
         if not res.ok then break end
         state.gen = box.gen
       end
-      res = box:call { op = "decide", handle = state.handle, fname = fname, args = args,
+      local args, forget = args_for(box, select("#", ...), ...)
+      if not args then return false, fname .. ": its arguments cannot be sent: " .. tostring(forget) end
+      res = box:call { op = "decide", handle = state.handle, fname = fname, args = args, forget = forget,
                        unless = function() return state.failed end }
+      -- (ENOENT: a sandbox that does not know the policy or an argument it
+      -- was sent by number, replaced meanwhile: again, in full)
       if res.code ~= "ENOENT" then break end
-      state.gen = -1
+      state.gen, box.refgen, box.nrefs = -1, box.refgen + 1, 0
     end
     if not res.ok then
       if res.code == "ECANCELED" then return false, state.failed end

@@ -14,6 +14,9 @@ local job = { name = "bench-job", labels = {}, policy = "bench", schedule = "*/1
   timezone = "UTC", timeout = 600, concurrency = "forbid", shards = SHARDS,
   retry = { attempts = 3, backoff = 10, max_backoff = 300, jitter = 0.2 }, on_node_loss = "rerun" }
 local me = nodes[37]
+-- (as a node's own are: never changed, so a sandbox keeps them; stored.lua)
+local S = require "baton.stored"
+S.shareable(nodes); S.shareable(job); for _, n in ipairs(nodes) do S.shareable(n) end
 local fire0 = 1767225600
 
 -- Calls per second of fn, run for at least `secs` seconds.

@@ -24,8 +24,10 @@
 --           policy stays loaded under handle for "decide"
 --   {op = "check", id, name, source, chunk}   a file of either kind:
 --       --> {kind = "policy", ...as policy} or {kind = "job", table = tree}
---   {op = "decide", id, handle, fname, args = tree of the list}
---       --> {value = tree}: policy.call's result (ok false: its reason)
+--   {op = "decide", id, handle, fname, args = {n, items}, forget}
+--       --> {value = tree}: policy.call's result (ok false: its reason);
+--       an item is a value's tree (v), one to keep (def = id, v) or one
+--       kept (ref = id); forget: drop what was kept first (stored.lua)
 --   {op = "drop", id, handle}
 -- and on failure {ok = false, error = "ECODE: ...", code}.
 local baton = require "baton"
@@ -116,12 +118,38 @@ function ops.check(req)
   return r
 end
 
+-- Arguments sent once and named by number since (stored.lua, args_for).
+local refs = {}
+
+-- The arguments of a decide request: {n, items}, each item a value (v), a
+-- value to keep (def = id, v) or one kept (ref = id); nil, why.
+local function decide_args(req)
+  if req.forget then refs = {} end
+  local a = req.args
+  if type(a) ~= "table" or type(a.items) ~= "table" or type(a.n) ~= "number" then return nil, "bad arguments" end
+  local args = { n = a.n }
+  for i = 1, a.n do
+    local it = a.items[i]
+    if type(it) ~= "table" then return nil, "bad arguments" end
+    if it.ref then
+      if refs[it.ref] == nil then return nil, "no argument kept as " .. tostring(it.ref), "ENOENT" end
+      args[i] = refs[it.ref]
+    else
+      local ok, v = pcall(sandbox.untree, it.v)
+      if not ok then return nil, "bad arguments" end
+      if it.def then refs[it.def] = v end
+      args[i] = v
+    end
+  end
+  return args
+end
+
 function ops.decide(req)
   local mod = policies[req.handle]
   if not mod then return fail(req.id, "ENOENT: no policy loaded as " .. tostring(req.handle), "ENOENT") end
-  local ok, args = pcall(sandbox.untree, req.args)
-  if not ok or type(args) ~= "table" then return fail(req.id, "EINVAL: bad arguments") end
-  local cok, res = policy.call(mod, req.fname, unpack(args, 1, args.n or #args))
+  local args, why, code = decide_args(req)
+  if not args then return fail(req.id, (code or "EINVAL") .. ": " .. why, code) end
+  local cok, res = policy.call(mod, req.fname, unpack(args, 1, args.n))
   if not cok then return { id = req.id, ok = false, code = "EPOLICY", error = res } end
   return encoded(req.id, "value", res, req.fname .. " returned")
 end
