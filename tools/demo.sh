@@ -279,10 +279,16 @@ else
   t_kill=$(date +%s%3N)
   say "kill -9 $victim (pid $vpid) in the middle of nightly-backup @ ${instant:11:8}"
   note "its lease (TTL $TTL s) expires on etcd; then the leader finds the orphaned run and runs it again elsewhere"
-  sleep 0.5
   # Its workers die with it (their containment processes end their runs);
-  # one that is still running would be a bug worth saying. A dead one the
-  # init process has not reaped yet (a zombie) is not running.
+  # one still running 3 s later would be a bug worth saying (exiting takes
+  # a moment: longer under a sanitizer's exit checks). A dead one the init
+  # process has not reaped yet (a zombie) is not running.
+  for _ in $(seq 30); do
+    left=0
+    for k in $kids; do proc_live "$k" && left=1; done
+    [ "$left" = 0 ] && break
+    sleep 0.1
+  done
   for k in $kids; do
     if proc_live "$k"; then
       orphans+=("${k%%:*}")
