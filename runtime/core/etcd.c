@@ -1,14 +1,29 @@
 /*
- * etcd v3 over the JSON gateway. See etcd.h for the contract and
- * shared/reference/etcd-gateway-and-cron.md for the gateway's habits this
- * file works around: int64 as strings, omitted zero fields, error bodies
- * in two shapes, half-duplex streams (a watch is one POST whose body is
- * complete; it is cancelled by closing the connection).
+ * etcd v3 over its native gRPC API. See etcd.h for the contract and
+ * shared/reference/etcd-grpc.md for the protocol facts this file relies on.
+ *
+ * Transport: one HTTP/2 connection per endpoint (grpc.h), made when first
+ * needed; every unary call is a stream on the preferred endpoint's
+ * connection. Requests and answers keep the JSON form of etcd's gateway
+ * (etcdpb.h converts), so callers see the same shapes as before.
+ *
+ * Shared streams: ONE Watch stream carries every watch of the client (each
+ * with a watch_id chosen here, never reused), and ONE LeaseKeepAlive stream
+ * carries every renewal (keepers' and the one-off "/v3/lease/keepalive"
+ * calls'), answers matched by lease ID. When a shared stream fails, each
+ * watch re-creates itself from its next revision on the next endpoint and
+ * each renewal is sent again there.
+ *
+ * Auth: with a user, Authenticate once and send the "token" metadata on
+ * every stream; a stream refused for an invalid token makes the client
+ * authenticate again (once per call) and re-open it.
  */
 #include "etcd_int.h"
 #include "b64.h"
 #include "err.h"
+#include "etcdpb.h"
 #include "fence.h"
+#include "grpc.h"
 #include "http.h"
 
 #include <errno.h>
@@ -20,43 +35,84 @@
 #define ERRLEN 1024
 #define TEXTLEN 400
 
+#define M_WATCH "/etcdserverpb.Watch/Watch"
+#define M_KEEP "/etcdserverpb.Lease/LeaseKeepAlive"
+
+typedef struct conn_s conn_t;
+
+struct conn_s {
+  bt_etcd_t *c;
+  conn_t *prev, *next;
+  int ep;
+  int goaway;                /* no new streams here */
+  bt_grpc_conn_t *g;
+};
+
 struct bt_etcd_s {
   uv_loop_t *loop;
-  bt_http_t *http;
   char **eps;
   int neps;
   int cur;                   /* preferred endpoint */
+  conn_t **conn;             /* the connection new streams go to, per endpoint */
+  conn_t *conns;             /* every connection not yet closed */
   char *user, *password;
-  char *token;               /* "Authorization: <token>" header line */
+  char *token;               /* the "token" metadata, or NULL */
+  unsigned token_gen;        /* bumped when the token changes */
   int authing;
-  bt_etcd_call_t *calls;     /* calls in flight or waiting for auth */
+  bt_etcd_call_t *calls;     /* calls in flight, waiting for auth or done */
   bt_etcd_watch_t *watches;
   bt_etcd_keep_t *keeps;
   char *cacert, *cert, *key;
   long timeout_ms, connect_timeout_ms;
-  int refs;                  /* watches and keeps not yet freed */
+  /* the Watch stream */
+  bt_grpc_stream_t *ws;
+  int ws_ep;
+  unsigned ws_gen;
+  uint64_t ws_last;          /* uv_now of its last message */
+  int64_t next_wid;
+  int64_t *creating;         /* ids of the creates sent, not yet answered */
+  size_t ncreating, capcreating;
+  /* the LeaseKeepAlive stream */
+  bt_grpc_stream_t *ks;
+  int ks_ep;
+  unsigned ks_gen;
+  uv_timer_t done_timer;     /* completes calls that failed before a stream */
+  uv_timer_t ks_timer;       /* a renewal's answer overdue */
+  int refs;                  /* connections, watches, keeps, timers alive */
   int closing;
 };
 
 struct bt_etcd_call_s {
   bt_etcd_t *c;
   bt_etcd_call_t *prev, *next;
-  char *path;
-  char *body;
+  const bt_etcdpb_method_t *m;
+  uint8_t *req;              /* the packed request */
   size_t len;
   int flags;
   int ep;                    /* endpoint of the current attempt */
-  int tried;                 /* endpoints tried */
+  int tried;                 /* attempts made */
   int reauthed;
   int waiting_auth;
+  int canceled;
+  unsigned gen;              /* token_gen the attempt was sent with */
   long timeout_ms;
-  bt_http_req_t *req;
+  bt_grpc_stream_t *s;
+  cJSON *res;                /* the decoded answer */
+  int res_err;               /* the answer did not decode */
+  /* a one-off keepalive, answered from the LeaseKeepAlive stream */
+  int64_t lease;
+  int on_ks;                 /* sent on c->ks, waiting for its answer */
+  uint64_t ks_deadline;      /* mono ms */
+  /* failed before reaching a stream: completed by done_timer */
+  int deferred;
+  int d_err;
+  char *d_msg;
   bt_etcd_cb cb;
   void *arg;
 };
 
 /* internal flags */
-enum { F_NOAUTH = 0x100, F_STREAM = 0x200 };
+enum { F_NOAUTH = 0x100, F_KEEP = 0x200 };
 
 static void set_msg(char *msg, size_t len, const char *fmt, ...) {
   va_list ap;
@@ -64,6 +120,10 @@ static void set_msg(char *msg, size_t len, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, len, fmt, ap);
   va_end(ap);
+}
+
+static uint64_t mono_ms(void) {
+  return uv_hrtime() / 1000000u;
 }
 
 /* ---- pure helpers ------------------------------------------------------ */
@@ -97,51 +157,66 @@ static int contains(const char *s, const char *needle) {
   return s && strstr(s, needle) != NULL;
 }
 
-int bt_etcd_map_error(long status, const char *body, size_t len, char *msg,
-                      size_t msglen) {
-  cJSON *j = body && len ? cJSON_ParseWithLength(body, len) : NULL;
-  const char *text = NULL;
-  int code = -1, err;
+int bt_etcd_map_status(int status, const char *message, char *msg,
+                       size_t msglen) {
+  const char *text = message && message[0] ? message : NULL;
+  int err;
 
-  if (j) {
-    cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "code");
-    if (cJSON_IsObject(e)) { /* a stream's final error line */
-      m = cJSON_GetObjectItemCaseSensitive(e, "message");
-      c = cJSON_GetObjectItemCaseSensitive(e, "grpc_code");
-      if (!c) c = cJSON_GetObjectItemCaseSensitive(e, "code");
-    } else if (!cJSON_IsString(m) && cJSON_IsString(e)) {
-      m = e;
-    }
-    if (cJSON_IsString(m) && m->valuestring[0]) text = m->valuestring;
-    if (cJSON_IsNumber(c)) code = c->valueint;
-  }
-  if (!text) text = status ? "unexpected http status" : "malformed response";
-
+  if (!text) text = status == 0 ? "malformed response" : "etcd error without a message";
   if (contains(text, "compacted")) err = BT_ECOMPACTED;
   else if (contains(text, "future revision")) err = BT_EFUTUREREV;
   else if (contains(text, "lease not found")) err = BT_ENOLEASE;
-  else if (contains(text, "too large") || contains(text, "too many operations"))
+  else if (contains(text, "too large") || contains(text, "too many operations") ||
+           contains(text, "larger than max"))
     err = BT_ETOOLARGE;
   else if (contains(text, "space exceeded")) err = BT_ENOSPACE;
   else if (contains(text, "no leader") || contains(text, "leader changed"))
     err = BT_ENOLEADER;
-  else if (contains(text, "permission denied")) err = BT_EACCES;
-  else if (code == 16 || status == 401 || contains(text, "authentication failed")
-           || contains(text, "invalid auth token") || contains(text, "user name is empty"))
+  else if (status == 7 || contains(text, "permission denied")) err = BT_EACCES;
+  else if (status == 16 || contains(text, "authentication failed")
+           || contains(text, "invalid auth token") || contains(text, "user name is empty")
+           || contains(text, "revision of auth store is old"))
     err = BT_EAUTH;
-  else if (code == 4 || status == 504 || contains(text, "timed out")) err = BT_ETIMEDOUT;
-  else if (code == 14 || status == 503) err = BT_EUNAVAIL;
-  else if (code == 3 || status == 400) err = BT_EINVAL;
-  else if (!j && status >= 200 && status < 300) err = BT_EPROTO;
+  else if (status == 4 || contains(text, "timed out")) err = BT_ETIMEDOUT;
+  else if (status == 14) err = BT_EUNAVAIL;
+  else if (status == 3) err = BT_EINVAL;
+  else if (status == 0) err = BT_EPROTO;
   else err = BT_EETCD;
-  if (status && !j && status != 200)
-    set_msg(msg, msglen, "http status %ld", status);
-  else
-    set_msg(msg, msglen, "%s", text);
-  cJSON_Delete(j);
+  set_msg(msg, msglen, "%s", text);
   return err;
+}
+
+/* A revision as watch responses carry it: 0 when absent or malformed (as
+ * bt_etcd_int64 leaves it); -1 when out of 0..INT64_MAX-1. */
+static int64_t res_rev(const cJSON *obj, const char *name) {
+  int64_t v = 0;
+  bt_etcd_int64(obj, name, &v);
+  return v < 0 || v == INT64_MAX ? -1 : v;
+}
+
+int bt__etcd_watch_res(const cJSON *j, bt__watch_res_t *r) {
+  const cJSON *why, *ev;
+  memset(r, 0, sizeof(*r));
+  r->cancel_reason = "";
+  if (!cJSON_IsObject(j)) return BT_EPROTO;
+  if (bt_etcd_int64(j, "watch_id", &r->watch_id)) return BT_EPROTO;
+  r->revision = res_rev(cJSON_GetObjectItemCaseSensitive(j, "header"), "revision");
+  r->compact_revision = res_rev(j, "compact_revision");
+  r->canceled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "canceled"));
+  r->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "created"));
+  r->fragment = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "fragment"));
+  why = cJSON_GetObjectItemCaseSensitive(j, "cancel_reason");
+  if (cJSON_IsString(why)) r->cancel_reason = why->valuestring;
+  ev = cJSON_GetObjectItemCaseSensitive(j, "events");
+  if (ev && !cJSON_IsArray(ev)) return BT_EPROTO;
+  if (cJSON_IsArray(ev) && cJSON_GetArraySize(ev) > 0) {
+    cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
+    r->events = (cJSON *) ev;
+    r->last_mod = res_rev(cJSON_GetObjectItemCaseSensitive(last, "kv"),
+                          "mod_revision");
+  }
+  if (r->revision < 0 || r->compact_revision < 0 || r->last_mod < 0) return BT_EPROTO;
+  return 0;
 }
 
 /* Writes what to say when etcd refuses a request for want of
@@ -209,11 +284,13 @@ void bt_etcd_free_endpoints(char **eps, int n) {
   free(eps);
 }
 
-/* ---- client ------------------------------------------------------------ */
+/* ---- client and connections -------------------------------------------- */
 
 static char *dupstr(const char *s) {
   return s && *s ? strdup(s) : NULL;
 }
+
+static void on_done_timer(uv_timer_t *t);
 
 bt_etcd_t *bt_etcd_new(uv_loop_t *loop, const bt_etcd_opts_t *o, int *err,
                        char *msg, size_t msglen) {
@@ -229,8 +306,14 @@ bt_etcd_t *bt_etcd_new(uv_loop_t *loop, const bt_etcd_opts_t *o, int *err,
     *err = BT_EINVAL;
     return NULL;
   }
+  c->conn = calloc((size_t) c->neps, sizeof(*c->conn));
+  if (!c->conn) {
+    bt_etcd_free_endpoints(c->eps, c->neps);
+    free(c);
+    *err = BT_ENOMEM;
+    return NULL;
+  }
   c->loop = loop;
-  c->http = bt_http_new(loop);
   c->user = dupstr(o->user);
   c->password = dupstr(o->password);
   c->cacert = dupstr(o->cacert);
@@ -238,18 +321,19 @@ bt_etcd_t *bt_etcd_new(uv_loop_t *loop, const bt_etcd_opts_t *o, int *err,
   c->key = dupstr(o->key);
   c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
   c->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 1000;
-  if (!c->http) {
-    bt_etcd_free_endpoints(c->eps, c->neps);
-    free(c);
-    *err = BT_ENOMEM;
-    return NULL;
-  }
+  uv_timer_init(loop, &c->done_timer);
+  c->done_timer.data = c;
+  uv_timer_init(loop, &c->ks_timer);
+  c->ks_timer.data = c;
+  c->refs = 2;
   *err = 0;
   return c;
 }
 
 static void client_free(bt_etcd_t *c) {
   bt_etcd_free_endpoints(c->eps, c->neps);
+  free(c->conn);
+  free(c->creating);
   free(c->user);
   free(c->password);
   free(c->token);
@@ -257,6 +341,10 @@ static void client_free(bt_etcd_t *c) {
   free(c->cert);
   free(c->key);
   free(c);
+}
+
+static void client_unref(bt_etcd_t *c) {
+  if (--c->refs == 0 && c->closing) client_free(c);
 }
 
 const char *bt_etcd_endpoint(const bt_etcd_t *c) {
@@ -268,12 +356,119 @@ static void endpoint_failed(bt_etcd_t *c, int ep) {
   if (c->cur == ep) c->cur = (ep + 1) % c->neps;
 }
 
+static void on_conn_event(bt_grpc_conn_t *g, int event, int err,
+                          const char *msg, void *arg) {
+  conn_t *cn = arg;
+  bt_etcd_t *c = cn->c;
+  if (event == BT_GRPC_READY) return;
+  /* GOAWAY: the server is shutting down or shedding clients; streams it
+   * accepted go on, new ones go to a new connection, preferably elsewhere. */
+  if (c->conn[cn->ep] == cn) c->conn[cn->ep] = NULL;
+  if (event == BT_GRPC_GOAWAY) {
+    cn->goaway = 1;
+    if (!c->closing) endpoint_failed(c, cn->ep);
+    return;
+  }
+  if (cn->prev) cn->prev->next = cn->next;
+  else c->conns = cn->next;
+  if (cn->next) cn->next->prev = cn->prev;
+  free(cn);
+  client_unref(c);
+}
+
+/* The connection for new streams to endpoint ep, made if need be. */
+static bt_grpc_conn_t *conn_get(bt_etcd_t *c, int ep, int *err, char *msg,
+                                size_t msglen) {
+  bt_grpc_conn_opts_t o;
+  conn_t *cn = c->conn[ep];
+  char text[TEXTLEN];
+
+  if (cn && !cn->goaway) return cn->g;
+  cn = calloc(1, sizeof(*cn));
+  if (!cn) {
+    *err = BT_ENOMEM;
+    set_msg(msg, msglen, "out of memory");
+    return NULL;
+  }
+  memset(&o, 0, sizeof(o));
+  o.url = c->eps[ep];
+  o.cacert = c->cacert;
+  o.cert = c->cert;
+  o.key = c->key;
+  o.connect_timeout_ms = c->connect_timeout_ms;
+  /* A PING after 5.5 s without a frame finds a frozen member (no answer
+   * within the connect timeout, at least 1 s) while a stream waits on it;
+   * etcd counts PINGs less than 5 s apart as abuse (too_many_pings). Lease
+   * renewals have their own, shorter, answer deadline (keep_margin). */
+  o.ping_interval_ms = 5500;
+  o.ping_timeout_ms = c->connect_timeout_ms < 1000 ? 1000 : c->connect_timeout_ms;
+  text[0] = '\0';
+  cn->g = bt_grpc_connect(c->loop, &o, on_conn_event, cn, err, text, sizeof(text));
+  if (!cn->g) {
+    set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], text[0] ? text : bt_strerror(*err));
+    free(cn);
+    return NULL;
+  }
+  cn->c = c;
+  cn->ep = ep;
+  cn->next = c->conns;
+  if (c->conns) c->conns->prev = cn;
+  c->conns = cn;
+  c->conn[ep] = cn;
+  c->refs++;
+  return cn->g;
+}
+
+/* Metadata for a new stream: the token, and hasleader for the long-lived
+ * ones (a member cut off from the leader refuses them, so they move). */
+static const char *const *metadata(bt_etcd_t *c, const char **md, int noauth,
+                                   int hasleader) {
+  int n = 0;
+  if (c->token && !noauth) {
+    md[n++] = "token";
+    md[n++] = c->token;
+  }
+  if (hasleader) {
+    md[n++] = "hasleader";
+    md[n++] = "true";
+  }
+  md[n] = NULL;
+  return md;
+}
+
+/* Packs a request in the gateway's JSON form as message d. */
+static int pack(const ProtobufCMessageDescriptor *d, const cJSON *j,
+                uint8_t **out, size_t *len, char *msg, size_t msglen) {
+  return bt_etcdpb_encode(d, j, out, len, msg, msglen);
+}
+
+/* The one-line text of a transport failure: our words, and the
+ * transport's when it says more. */
+static void transport_text(bt_etcd_t *c, int ep, int err, const char *why,
+                           char *msg, size_t len) {
+  if (why && why[0] && !contains(why, c->eps[ep]))
+    snprintf(msg, len, "etcd %s: %s (%s)", c->eps[ep], bt_strerror(err), why);
+  else if (why && why[0])
+    snprintf(msg, len, "%s", why);
+  else
+    snprintf(msg, len, "etcd %s: %s", c->eps[ep], bt_strerror(err));
+}
+
+/* ---- unary calls ------------------------------------------------------- */
+
 static void call_unlink(bt_etcd_call_t *call) {
   bt_etcd_t *c = call->c;
   if (call->prev) call->prev->next = call->next;
   else if (c->calls == call) c->calls = call->next;
   if (call->next) call->next->prev = call->prev;
   call->prev = call->next = NULL;
+}
+
+static void call_free(bt_etcd_call_t *call) {
+  cJSON_Delete(call->res);
+  free(call->req);
+  free(call->d_msg);
+  free(call);
 }
 
 /* Runs the callback and frees the call. */
@@ -287,100 +482,119 @@ static void call_done(bt_etcd_call_t *call, int err, cJSON *json,
   res.endpoint = c->eps[call->ep];
   call_unlink(call);
   call->cb(&res, call->arg);
-  free(call->path);
-  free(call->body);
-  free(call);
+  call_free(call);
+}
+
+/* Completes call on the next loop turn (callbacks never run from inside
+ * the function that started the call). */
+static void call_defer(bt_etcd_call_t *call, int err, const char *msg) {
+  bt_etcd_t *c = call->c;
+  call->deferred = 1;
+  call->d_err = err;
+  free(call->d_msg);
+  call->d_msg = strdup(msg ? msg : "");
+  uv_timer_start(&c->done_timer, on_done_timer, 0, 0);
+}
+
+static void on_done_timer(uv_timer_t *t) {
+  bt_etcd_t *c = t->data;
+  bt_etcd_call_t *call;
+  int again = 1;
+  while (again) {
+    again = 0;
+    for (call = c->calls; call; call = call->next)
+      if (call->deferred) {
+        call_done(call, call->d_err, NULL, call->d_msg);
+        again = 1;
+        break;
+      }
+  }
 }
 
 static int call_send(bt_etcd_call_t *call);
+static int keep_call_send(bt_etcd_call_t *call);
 static void auth_start(bt_etcd_t *c);
+static void auth_invalidate(bt_etcd_t *c, unsigned gen);
 
-static void on_call_http(bt_http_req_t *req, int err, long status,
-                         const char *body, size_t len, void *arg) {
+static void on_call_message(bt_grpc_stream_t *s, const uint8_t *p, size_t len,
+                            void *arg) {
+  bt_etcd_call_t *call = arg;
+  int err = 0;
+  if (call->res || call->res_err) return; /* a unary call has one answer */
+  call->res = bt_etcdpb_decode(call->m->res, p, len, &err);
+  if (!call->res) call->res_err = err ? err : BT_EPROTO;
+}
+
+/* Tries the call again on the next endpoint; 1 if it was sent. */
+static int call_retry(bt_etcd_call_t *call) {
+  bt_etcd_t *c = call->c;
+  if (call->tried >= c->neps || c->closing) return 0;
+  endpoint_failed(c, call->ep);
+  call->ep = (call->ep + 1) % c->neps;
+  cJSON_Delete(call->res);
+  call->res = NULL;
+  call->res_err = 0;
+  return call_send(call) == 0;
+}
+
+static void on_call_close(bt_grpc_stream_t *s, int err, int status,
+                          const char *message, void *arg) {
   bt_etcd_call_t *call = arg;
   bt_etcd_t *c = call->c;
   const char *ep = c->eps[call->ep];
   char msg[ERRLEN], text[TEXTLEN];
-  cJSON *j = NULL;
+  int unsent = bt_grpc_stream_unsent(s);
 
-  call->req = NULL;
-  if (err == BT_ECANCELED) {
+  call->s = NULL;
+  if (call->canceled || (err == BT_ECANCELED && c->closing)) {
     call_done(call, BT_ECANCELED, NULL, "operation canceled");
     return;
   }
   if (err) {
-    const char *why = bt_http_req_errtext(req);
     endpoint_failed(c, call->ep);
-    if (((call->flags & BT_ETCD_IDEMPOTENT) || bt_http_req_unsent(req)) &&
-        call->tried < c->neps && !c->closing) {
-      call->ep = (call->ep + 1) % c->neps;
-      if (call_send(call) == 0) return;
-    }
-    /* The HTTP client's own words help for TLS, resets (a TLS 1.3 server
-     * that wants a client certificate resets after the handshake), bad
-     * answers and a missing libcurl; for refused connections and timeouts
-     * they only repeat ours. */
-    if ((err != BT_EIO && err != BT_ETLS && err != BT_ECONNRESET &&
-         err != BT_ENOTSUP && err != BT_EPROTO) || !why[0])
-      snprintf(msg, sizeof(msg), "etcd %s: %s", ep, bt_strerror(err));
-    else
-      snprintf(msg, sizeof(msg), "etcd %s: %s (%s)", ep, bt_strerror(err), why);
+    if (((call->flags & BT_ETCD_IDEMPOTENT) || unsent) && call_retry(call)) return;
+    transport_text(c, call->ep, err, message, msg, sizeof(msg));
     call_done(call, err, NULL, msg);
     return;
   }
-  if (status == 200) {
-    j = cJSON_ParseWithLength(body, len);
-    if (j && (call->flags & F_STREAM)) {
-      cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "result");
-      if (!r) {
-        int e = bt_etcd_map_error(status, body, len, text, sizeof(text));
-        snprintf(msg, sizeof(msg), "etcd %s: %s", ep, text);
-        cJSON_Delete(j);
-        call_done(call, e, NULL, msg);
-        return;
-      }
-      cJSON_DetachItemViaPointer(j, r);
+  if (status == 0) {
+    if (call->res) {
+      cJSON *j = call->res;
+      call->res = NULL;
+      call_done(call, 0, j, "");
       cJSON_Delete(j);
-      j = r;
-    }
-    if (!j) {
-      snprintf(msg, sizeof(msg), "etcd %s: malformed response", ep);
-      call_done(call, BT_EPROTO, NULL, msg);
       return;
     }
-    call_done(call, 0, j, "");
-    cJSON_Delete(j);
+    snprintf(msg, sizeof(msg), "etcd %s: malformed response%s", ep,
+             call->res_err ? "" : " (no message)");
+    call_done(call, call->res_err == BT_ENOMEM ? BT_ENOMEM : BT_EPROTO, NULL, msg);
     return;
   }
-  err = bt_etcd_map_error(status, body, len, text, sizeof(text));
-  if (err == BT_EAUTH && c->user && !(call->flags & F_NOAUTH) &&
-      !call->reauthed) {
+  err = bt_etcd_map_status(status, message, text, sizeof(text));
+  if (err == BT_EAUTH && c->user && !(call->flags & F_NOAUTH) && !call->reauthed) {
     /* The token expired or was revoked: authenticate again, once. */
     call->reauthed = 1;
-    free(c->token);
-    c->token = NULL;
+    auth_invalidate(c, call->gen);
     if (call_send(call) == 0) return;
   }
   if ((err == BT_EUNAVAIL || err == BT_ENOLEADER) &&
-      (call->flags & BT_ETCD_IDEMPOTENT) && call->tried < c->neps) {
-    endpoint_failed(c, call->ep);
-    call->ep = (call->ep + 1) % c->neps;
-    if (call_send(call) == 0) return;
-  }
+      ((call->flags & BT_ETCD_IDEMPOTENT) || unsent) && call_retry(call))
+    return;
+  if (err == BT_EUNAVAIL || err == BT_ENOLEADER) endpoint_failed(c, call->ep);
   if (err == BT_EAUTH && !c->user) no_user_text(c, text, sizeof(text));
   snprintf(msg, sizeof(msg), "etcd %s: %s", ep, text);
-  j = cJSON_ParseWithLength(body, len);
-  call_done(call, err, j, msg);
-  cJSON_Delete(j);
+  call_done(call, err, NULL, msg);
 }
 
-/* Sends call to its endpoint, or parks it until a token is there. */
+/* Sends call to its endpoint, or parks it until a token is there. Returns
+ * 0 (failures after this point are completed through the callback). */
 static int call_send(bt_etcd_call_t *call) {
+  static const bt_grpc_stream_cbs_t cbs = { on_call_message, on_call_close };
   bt_etcd_t *c = call->c;
-  bt_http_opts_t o;
-  const char *hdrs[3];
-  char url[1024];
-  int n = 0;
+  bt_grpc_conn_t *g;
+  const char *md[8];
+  char msg[ERRLEN];
+  int err;
 
   if (c->user && !(call->flags & F_NOAUTH) && !c->token) {
     call->waiting_auth = 1;
@@ -388,47 +602,39 @@ static int call_send(bt_etcd_call_t *call) {
     return 0;
   }
   call->waiting_auth = 0;
-  hdrs[n++] = "Content-Type: application/json";
-  if (c->token && !(call->flags & F_NOAUTH)) hdrs[n++] = c->token;
-  hdrs[n] = NULL;
-  snprintf(url, sizeof(url), "%s%s", c->eps[call->ep], call->path);
-  memset(&o, 0, sizeof(o));
-  o.url = url;
-  o.body = call->body;
-  o.body_len = call->len;
-  o.headers = hdrs;
-  o.timeout_ms = call->timeout_ms;
-  o.connect_timeout_ms = c->connect_timeout_ms;
-  o.cacert = c->cacert;
-  o.cert = c->cert;
-  o.key = c->key;
-  o.on_done = on_call_http;
-  o.arg = call;
+  if (call->flags & F_KEEP) return keep_call_send(call);
+  g = conn_get(c, call->ep, &err, msg, sizeof(msg));
+  if (!g) {
+    call_defer(call, err, msg);
+    return 0;
+  }
   call->tried++;
-  return bt_http_request(c->http, &o, &call->req);
+  call->gen = c->token_gen;
+  err = bt_grpc_open(g, call->m->method, metadata(c, md, call->flags & F_NOAUTH, 0),
+                     call->timeout_ms, &cbs, call, &call->s);
+  if (!err) {
+    /* Queuing fails only for want of memory; the stream's deadline then
+     * ends it (on a later turn, as callbacks must come). */
+    bt_grpc_send(call->s, call->req, call->len, 1);
+    return 0;
+  }
+  call->s = NULL;
+  snprintf(msg, sizeof(msg), "etcd %s: %s", c->eps[call->ep], bt_strerror(err));
+  call_defer(call, err, msg);
+  return 0;
 }
 
-static int call_start(bt_etcd_t *c, const char *path, const char *body,
-                      size_t len, int flags, long timeout_ms, bt_etcd_cb cb,
-                      void *arg, bt_etcd_call_t **out) {
+static int call_start(bt_etcd_t *c, const char *path, const cJSON *body,
+                      int flags, long timeout_ms, bt_etcd_cb cb, void *arg,
+                      bt_etcd_call_t **out) {
   bt_etcd_call_t *call;
-  int err;
+  char text[TEXTLEN], msg[ERRLEN];
+  int err = 0;
 
   if (c->closing) return BT_ECLOSED;
   call = calloc(1, sizeof(*call));
   if (!call) return BT_ENOMEM;
   call->c = c;
-  call->path = strdup(path);
-  call->body = malloc(len + 1);
-  if (!call->path || !call->body) {
-    free(call->path);
-    free(call->body);
-    free(call);
-    return BT_ENOMEM;
-  }
-  memcpy(call->body, body, len);
-  call->body[len] = '\0';
-  call->len = len;
   call->flags = flags;
   call->ep = c->cur;
   call->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
@@ -437,33 +643,59 @@ static int call_start(bt_etcd_t *c, const char *path, const char *body,
   call->next = c->calls;
   if (c->calls) c->calls->prev = call;
   c->calls = call;
-  err = call_send(call);
-  if (err) {
-    call_unlink(call);
-    free(call->path);
-    free(call->body);
-    free(call);
-    return err;
-  }
   if (out) *out = call;
-  return 0;
+  call->m = bt_etcdpb_method(path);
+  if (!call->m || (call->m->stream && strcmp(path, "/v3/lease/keepalive"))) {
+    snprintf(msg, sizeof(msg), "etcd request %s: %s", path,
+             call->m ? "a stream, not a call" : "no such request path");
+    call_defer(call, BT_EINVAL, msg);
+    return 0;
+  }
+  if (call->m->stream) {
+    /* Lua's one-off renewal: answered from the LeaseKeepAlive stream. */
+    call->flags |= F_KEEP | BT_ETCD_IDEMPOTENT;
+    if (!cJSON_IsObject(body) || bt_etcd_int64(body, "ID", &call->lease) ||
+        call->lease == 0) {
+      snprintf(msg, sizeof(msg), "etcd request %s: ID: a lease id expected", path);
+      call_defer(call, BT_EINVAL, msg);
+      return 0;
+    }
+  }
+  text[0] = '\0';
+  err = pack(call->m->req, body, &call->req, &call->len, text, sizeof(text));
+  if (err) {
+    snprintf(msg, sizeof(msg), "etcd request %s: %s", path,
+             text[0] ? text : bt_strerror(err));
+    call_defer(call, err, msg);
+    return 0;
+  }
+  return call_send(call);
 }
 
-int bt_etcd_call(bt_etcd_t *c, const char *path, const char *body, size_t len,
-                 int flags, bt_etcd_cb cb, void *arg, bt_etcd_call_t **out) {
-  int f = flags & BT_ETCD_IDEMPOTENT;
-  if (strcmp(path, "/v3/lease/keepalive") == 0) f |= F_STREAM;
-  return call_start(c, path, body, len, f, 0, cb, arg, out);
+int bt_etcd_call(bt_etcd_t *c, const char *path, const cJSON *body, int flags,
+                 bt_etcd_cb cb, void *arg, bt_etcd_call_t **out) {
+  return call_start(c, path, body, flags & BT_ETCD_IDEMPOTENT, 0, cb, arg, out);
 }
 
 void bt_etcd_call_cancel(bt_etcd_call_t *call) {
-  if (call->req) bt_http_cancel(call->req);
+  call->canceled = 1;
+  if (call->s) bt_grpc_cancel(call->s);
   else call_done(call, BT_ECANCELED, NULL, "operation canceled");
 }
 
 /* ---- authentication ---------------------------------------------------- */
 
 static void watch_auth_ready(bt_etcd_t *c);
+static void keep_auth_ready(bt_etcd_t *c);
+
+/* Forgets the token that an attempt sent with token_gen gen was refused
+ * with, unless a newer one came meanwhile. */
+static void auth_invalidate(bt_etcd_t *c, unsigned gen) {
+  if (gen != c->token_gen || !c->token) return;
+  free(c->token);
+  c->token = NULL;
+  c->token_gen++;
+}
 
 static void on_auth(const bt_etcd_res_t *res, void *arg) {
   bt_etcd_t *c = arg;
@@ -472,19 +704,18 @@ static void on_auth(const bt_etcd_res_t *res, void *arg) {
   cJSON *tok = res->err ? NULL : cJSON_GetObjectItemCaseSensitive(res->json, "token");
 
   c->authing = 0;
-  if (cJSON_IsString(tok)) {
-    size_t n = strlen(tok->valuestring) + 32;
+  if (cJSON_IsString(tok) && tok->valuestring[0]) {
     free(c->token);
-    c->token = malloc(n);
-    if (c->token) snprintf(c->token, n, "Authorization: %s", tok->valuestring);
+    c->token = strdup(tok->valuestring);
+    c->token_gen++;
   }
   if (c->token) {
     for (call = c->calls; call; call = next) {
       next = call->next;
-      if (call->waiting_auth && call_send(call))
-        call_done(call, BT_ENOMEM, NULL, "out of memory");
+      if (call->waiting_auth) call_send(call);
     }
     watch_auth_ready(c);
+    keep_auth_ready(c);
     return;
   }
   if (res->err == BT_ECANCELED) return;
@@ -503,22 +734,21 @@ static void on_auth(const bt_etcd_res_t *res, void *arg) {
 
 static void auth_start(bt_etcd_t *c) {
   cJSON *j;
-  char *body;
-  if (c->authing) return;
+  if (c->authing || c->closing) return;
   j = cJSON_CreateObject();
+  if (!j) return;
   cJSON_AddStringToObject(j, "name", c->user);
   cJSON_AddStringToObject(j, "password", c->password ? c->password : "");
-  body = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
-  if (!body) return;
   c->authing = 1;
-  if (call_start(c, "/v3/auth/authenticate", body, strlen(body),
-                 F_NOAUTH | BT_ETCD_IDEMPOTENT, 0, on_auth, c, NULL))
+  if (call_start(c, "/v3/auth/authenticate", j, F_NOAUTH | BT_ETCD_IDEMPOTENT, 0,
+                 on_auth, c, NULL))
     c->authing = 0;
-  free(body);
+  cJSON_Delete(j);
 }
 
 /* ---- watches ----------------------------------------------------------- */
+
+enum { W_OFF, W_CREATING, W_ON };
 
 struct bt_etcd_watch_s {
   bt_etcd_t *c;
@@ -531,30 +761,32 @@ struct bt_etcd_watch_s {
   int created;                /* CREATED delivered */
   int connects;
   int failures;               /* consecutive failed attempts */
+  int64_t id;                 /* watch_id on the Watch stream */
+  int state;                  /* W_OFF, W_CREATING, W_ON */
   int ep;
   int waiting_auth;
   int reauthed;
   int stopping;
   int in_cb;
   int timer_closing;
-  int closed;
-  uint64_t last_data;         /* uv_now of the last byte */
-  bt_http_req_t *req;
-  char *line;
-  size_t line_len, line_cap;
+  uint64_t last_data;         /* uv_now of its last response */
+  cJSON *frag;                /* events of a fragmented response so far */
   uv_timer_t timer;           /* reconnect backoff and idle watchdog */
   bt_etcd_watch_cb cb;
   void *arg;
 };
 
 static void watch_connect(bt_etcd_watch_t *w);
+static void watch_maybe_close(bt_etcd_watch_t *w);
 static void watch_stop(bt_etcd_watch_t *w);
+static void ws_failed(bt_etcd_t *c, int err, const char *msg, int count);
 
 static void watch_deliver(bt_etcd_watch_t *w, int kind, int err, cJSON *json,
                           int64_t rev, const char *msg) {
   w->in_cb++;
   w->cb(w, kind, err, json, rev, msg ? msg : "", w->arg);
   w->in_cb--;
+  if (kind != BT_WATCH_CLOSED && w->stopping && !w->in_cb) watch_maybe_close(w);
 }
 
 static void on_watch_timer_close(uv_handle_t *h) {
@@ -566,41 +798,92 @@ static void on_watch_timer_close(uv_handle_t *h) {
   watch_deliver(w, BT_WATCH_CLOSED, BT_ECANCELED, NULL, w->next_rev - 1, NULL);
   free(w->key);
   free(w->range_end);
-  free(w->line);
+  cJSON_Delete(w->frag);
   free(w);
-  if (--c->refs == 0 && c->closing) client_free(c);
+  client_unref(c);
 }
 
-/* Frees w once its stream has ended; called whenever either part ends. */
+/* Frees w once it has stopped and no callback of it runs. */
 static void watch_maybe_close(bt_etcd_watch_t *w) {
-  if (!w->stopping || w->req || w->timer_closing || w->in_cb) return;
+  if (!w->stopping || w->timer_closing || w->in_cb) return;
   w->timer_closing = 1;
   uv_timer_stop(&w->timer);
   uv_close((uv_handle_t *) &w->timer, on_watch_timer_close);
 }
 
+/* Sends a request on the Watch stream (JSON in the gateway's form). */
+static int ws_send(bt_etcd_t *c, const cJSON *req) {
+  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/watch");
+  uint8_t *buf;
+  size_t len;
+  char text[TEXTLEN];
+  int err;
+  if (!c->ws || !m) return BT_ECLOSED;
+  err = pack(m->req, req, &buf, &len, text, sizeof(text));
+  if (err) return err;
+  err = bt_grpc_send(c->ws, buf, len, 0);
+  free(buf);
+  return err;
+}
+
+static void ws_cancel_id(bt_etcd_t *c, int64_t id) {
+  cJSON *j = cJSON_CreateObject(), *cr;
+  char s[32];
+  if (!j) return;
+  cr = cJSON_AddObjectToObject(j, "cancel_request");
+  snprintf(s, sizeof(s), "%lld", (long long) id);
+  cJSON_AddStringToObject(cr, "watch_id", s);
+  ws_send(c, j);
+  cJSON_Delete(j);
+}
+
+/* Takes w off the Watch stream (cancelling it there if it was on). */
+static void watch_off(bt_etcd_watch_t *w) {
+  if (w->state == W_ON && w->c->ws && !w->c->closing) ws_cancel_id(w->c, w->id);
+  /* A create not yet answered is cancelled when its answer comes: the
+   * answer finds no watch with its id. */
+  w->state = W_OFF;
+  w->id = 0;
+  cJSON_Delete(w->frag);
+  w->frag = NULL;
+}
+
 static void on_watch_timer(uv_timer_t *t) {
   bt_etcd_watch_t *w = t->data;
+  bt_etcd_t *c = w->c;
+  uint64_t now = uv_now(c->loop);
   if (w->stopping) return;
-  if (w->req) {
+  if (w->state != W_OFF) {
+    char msg[ERRLEN];
     /* The idle watchdog: nothing, not even a progress notification, came
-     * for idle_ms. The connection is presumed dead. */
-    if (uv_now(w->c->loop) - w->last_data >= (uint64_t) w->idle_ms)
-      bt_http_cancel(w->req);
-    else
+     * for idle_ms. */
+    if (now - w->last_data < (uint64_t) w->idle_ms) {
       uv_timer_start(&w->timer, on_watch_timer,
-                     (uint64_t) w->idle_ms - (uv_now(w->c->loop) - w->last_data), 0);
+                     (uint64_t) w->idle_ms - (now - w->last_data), 0);
+      return;
+    }
+    snprintf(msg, sizeof(msg), "etcd %s: watch silent for %.1f s", c->eps[w->ep],
+             (double) (now - w->last_data) / 1000.0);
+    if (c->ws && (now - c->ws_last >= (uint64_t) w->idle_ms || c->cur != c->ws_ep)) {
+      /* The whole stream is silent, or the client moved elsewhere: the
+       * member is presumed dead, every watch moves. */
+      ws_failed(c, BT_ETIMEDOUT, msg, 1);
+      return;
+    }
+    /* The stream is alive, this watch alone is silent: create it again. */
+    watch_off(w);
+    w->failures++;
+    uv_timer_start(&w->timer, on_watch_timer, 50, 0);
     return;
   }
   watch_connect(w);
 }
 
-/* Schedules the next connection attempt after a failure. */
+/* Schedules the next attempt after a failure. */
 static void watch_retry(bt_etcd_watch_t *w, int err, const char *msg) {
   bt_etcd_t *c = w->c;
   uint64_t delay;
   if (w->stopping) return;
-  endpoint_failed(c, w->ep);
   w->failures++;
   if (!w->created && w->failures >= c->neps && err) {
     /* Never established anywhere: report instead of trying forever. */
@@ -615,194 +898,247 @@ static void watch_retry(bt_etcd_watch_t *w, int err, const char *msg) {
   uv_timer_start(&w->timer, on_watch_timer, delay, 0);
 }
 
-/* A revision as watch lines carry it: 0 when absent or malformed (as
- * bt_etcd_int64 leaves it); -1 when out of 0..INT64_MAX-1. */
-static int64_t line_rev(const cJSON *obj, const char *name) {
-  int64_t v = 0;
-  bt_etcd_int64(obj, name, &v);
-  return v < 0 || v == INT64_MAX ? -1 : v;
+static bt_etcd_watch_t *watch_find(bt_etcd_t *c, int64_t id) {
+  bt_etcd_watch_t *w;
+  if (id <= 0) return NULL;
+  for (w = c->watches; w; w = w->next)
+    if (w->id == id && w->state != W_OFF && !w->stopping) return w;
+  return NULL;
 }
 
-int bt__etcd_watch_line(const char *p, size_t len, bt__watch_line_t *l) {
-  cJSON *r, *why, *ev;
-  memset(l, 0, sizeof(*l));
-  l->cancel_reason = "";
-  if (!(l->json = cJSON_ParseWithLength(p, len))) return BT_EPROTO;
-  r = cJSON_GetObjectItemCaseSensitive(l->json, "result");
-  if (!cJSON_IsObject(r)) goto bad;
-  l->revision = line_rev(cJSON_GetObjectItemCaseSensitive(r, "header"),
-                         "revision");
-  l->compact_revision = line_rev(r, "compact_revision");
-  l->canceled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled"));
-  l->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"));
-  why = cJSON_GetObjectItemCaseSensitive(r, "cancel_reason");
-  if (cJSON_IsString(why)) l->cancel_reason = why->valuestring;
-  ev = cJSON_GetObjectItemCaseSensitive(r, "events");
-  if (cJSON_IsArray(ev) && cJSON_GetArraySize(ev) > 0) {
-    cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
-    l->events = ev;
-    l->last_mod = line_rev(cJSON_GetObjectItemCaseSensitive(last, "kv"),
-                           "mod_revision");
+/* Handles one response of the Watch stream. Returns non-zero when the
+ * stream must be dropped. */
+static int ws_response(bt_etcd_t *c, cJSON *j) {
+  bt__watch_res_t r;
+  bt_etcd_watch_t *w;
+  char msg[ERRLEN];
+
+  if (bt__etcd_watch_res(j, &r)) return 1;
+  if (r.created) {
+    /* Creates are answered in order: this answers the oldest one sent. */
+    int64_t id;
+    if (!c->ncreating) return 1;
+    id = c->creating[0];
+    memmove(c->creating, c->creating + 1, (c->ncreating - 1) * sizeof(*c->creating));
+    c->ncreating--;
+    w = watch_find(c, id);
+    if (!w) {
+      if (!r.canceled) ws_cancel_id(c, id);
+      return 0;
+    }
+  } else {
+    w = watch_find(c, r.watch_id);
+    if (!w || w->state != W_ON) return 0; /* cancelled here, or progress for all */
   }
-  if (l->revision < 0 || l->compact_revision < 0 || l->last_mod < 0) goto bad;
-  return 0;
-bad:
-  cJSON_Delete(l->json);
-  l->json = NULL;
-  return BT_EPROTO;
-}
-
-/* Handles one response line of the stream. Returns non-zero when the stream
- * must be dropped (and the watch retried or stopped). */
-static int watch_line(bt_etcd_watch_t *w, const char *p, size_t len) {
-  bt__watch_line_t l;
-  int ret = 0;
-
-  if (bt__etcd_watch_line(p, len, &l)) return 1;
-  if (l.canceled) {
-    const char *reason = l.cancel_reason;
-    char msg[ERRLEN];
-    if (l.compact_revision > 0) {
+  w->last_data = uv_now(c->loop);
+  if (r.canceled) {
+    const char *reason = r.cancel_reason;
+    if (r.compact_revision > 0) {
       snprintf(msg, sizeof(msg), "etcd %s: watch from revision %lld: required "
                "revision has been compacted (compact revision %lld)",
-               w->c->eps[w->ep], (long long) w->next_rev,
-               (long long) l.compact_revision);
+               c->eps[w->ep], (long long) w->next_rev,
+               (long long) r.compact_revision);
+      w->state = W_OFF;
       watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL,
-                    l.compact_revision, msg);
+                    r.compact_revision, msg);
       watch_stop(w);
     } else if (contains(reason, "Unauthenticated") || contains(reason, "auth") ||
-               contains(reason, "user name is empty")) {
-      if (w->c->user && !w->reauthed) {
+               contains(reason, "user name is empty") ||
+               contains(reason, "permission denied")) {
+      if (c->user && !w->reauthed && !contains(reason, "permission denied")) {
+        /* The stream's token is no longer good: authenticate again and
+         * re-open the stream with the new one. */
         w->reauthed = 1;
-        free(w->c->token);
-        w->c->token = NULL;
-        ret = 1;
+        auth_invalidate(c, c->ws_gen);
+        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[w->ep], reason);
+        ws_failed(c, BT_EAUTH, msg, 0);
+        return 0;
       } else {
         char text[TEXTLEN];
-        if (!w->c->user) no_user_text(w->c, text, sizeof(text));
-        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", w->c->eps[w->ep],
-                 w->c->user ? reason : text);
+        if (!c->user) no_user_text(c, text, sizeof(text));
+        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[w->ep],
+                 c->user || contains(reason, "permission denied") ? reason : text);
+        w->state = W_OFF;
         watch_deliver(w, BT_WATCH_ERROR,
                       contains(reason, "permission") ? BT_EACCES : BT_EAUTH,
                       NULL, 0, msg);
         watch_stop(w);
       }
     } else {
-      ret = 1;
+      /* Cancelled for another reason (the member is going away, say):
+       * create it again. */
+      snprintf(msg, sizeof(msg), "etcd %s: watch cancelled: %s", c->eps[w->ep],
+               reason[0] ? reason : "no reason given");
+      watch_off(w);
+      watch_retry(w, BT_ECONNRESET, msg);
     }
-    cJSON_Delete(l.json);
-    return ret;
+    return 0;
   }
-  if (l.created) {
+  if (r.created) {
+    w->state = W_ON;
+    if (r.watch_id > 0) w->id = r.watch_id; /* as etcd names it */
     w->connects++;
     w->failures = 0;
     w->reauthed = 0;
-    if (w->next_rev == 0) w->next_rev = l.revision + 1;
+    if (w->next_rev == 0) w->next_rev = r.revision + 1;
     if (!w->created) {
       w->created = 1;
-      w->created_rev = l.revision;
+      w->created_rev = r.revision;
       watch_deliver(w, BT_WATCH_CREATED, 0, NULL, w->next_rev - 1, NULL);
     }
+    return 0;
   }
-  if (l.events) {
-    if (l.last_mod >= w->next_rev) w->next_rev = l.last_mod + 1;
+  if (r.events) {
+    cJSON *evs = r.events;
+    if (r.fragment || w->frag) {
+      /* A large response in parts: join the events until the last one. */
+      cJSON *e;
+      if (!w->frag && !(w->frag = cJSON_CreateArray())) return 1;
+      while ((e = r.events->child)) {
+        cJSON_DetachItemViaPointer(r.events, e);
+        cJSON_AddItemToArray(w->frag, e);
+      }
+      if (r.fragment) return 0;
+      evs = w->frag;
+    }
+    if (r.last_mod >= w->next_rev) w->next_rev = r.last_mod + 1;
     if (!w->stopping)
-      watch_deliver(w, BT_WATCH_EVENTS, 0, l.events, l.revision, NULL);
-  } else if (l.revision >= w->next_rev && w->created) {
+      watch_deliver(w, BT_WATCH_EVENTS, 0, evs, r.revision, NULL);
+    if (evs == w->frag) {
+      cJSON_Delete(w->frag);
+      w->frag = NULL;
+    }
+  } else if (r.revision >= w->next_rev && w->created && !w->frag) {
     /* A progress notification: every event up to rev has been sent. */
-    w->next_rev = l.revision + 1;
+    w->next_rev = r.revision + 1;
   }
-  cJSON_Delete(l.json);
-  return ret;
+  return 0;
 }
 
-static void on_watch_data(bt_http_req_t *req, const char *data, size_t len,
+static void on_ws_message(bt_grpc_stream_t *s, const uint8_t *p, size_t len,
                           void *arg) {
-  bt_etcd_watch_t *w = arg;
-  size_t start = 0, i;
+  bt_etcd_t *c = arg;
+  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/watch");
+  cJSON *j;
+  int err = 0, drop;
+  char msg[ERRLEN];
 
-  w->last_data = uv_now(w->c->loop);
-  if (w->line_len + len > w->line_cap) {
-    size_t cap = w->line_cap ? w->line_cap : 4096;
-    char *p;
-    while (cap < w->line_len + len) cap *= 2;
-    p = realloc(w->line, cap);
-    if (!p) {
-      bt_http_cancel(req);
-      return;
-    }
-    w->line = p;
-    w->line_cap = cap;
+  if (s != c->ws) return;
+  c->ws_last = uv_now(c->loop);
+  j = bt_etcdpb_decode(m->res, p, len, &err);
+  drop = !j || ws_response(c, j);
+  cJSON_Delete(j);
+  if (drop && s == c->ws) {
+    snprintf(msg, sizeof(msg), "etcd %s: malformed watch response", c->eps[c->ws_ep]);
+    ws_failed(c, BT_EPROTO, msg, 1);
   }
-  memcpy(w->line + w->line_len, data, len);
-  w->line_len += len;
-  for (i = 0; i < w->line_len; i++) {
-    if (w->line[i] != '\n') continue;
-    if (i > start && watch_line(w, w->line + start, i - start)) {
-      bt_http_cancel(req);
-      w->line_len = 0;
-      return;
-    }
-    start = i + 1;
-    if (w->stopping) {
-      bt_http_cancel(req);
-      w->line_len = 0;
-      return;
-    }
-  }
-  memmove(w->line, w->line + start, w->line_len - start);
-  w->line_len -= start;
 }
 
-static void on_watch_done(bt_http_req_t *req, int err, long status,
-                          const char *body, size_t len, void *arg) {
-  bt_etcd_watch_t *w = arg;
+static void on_ws_close(bt_grpc_stream_t *s, int err, int status,
+                        const char *message, void *arg) {
+  bt_etcd_t *c = arg;
   char msg[ERRLEN], text[TEXTLEN];
+  int count = 1;
 
-  w->req = NULL;
-  w->line_len = 0;
-  if (w->stopping) {
-    watch_maybe_close(w);
-    return;
-  }
-  if (!err && status != 200) {
-    err = bt_etcd_map_error(status, body, len, text, sizeof(text));
-    if (err == BT_EAUTH && !w->c->user) no_user_text(w->c, text, sizeof(text));
-    snprintf(msg, sizeof(msg), "etcd %s: %s", w->c->eps[w->ep], text);
-    if (err == BT_EAUTH && w->c->user && !w->reauthed) {
-      w->reauthed = 1;
-      free(w->c->token);
-      w->c->token = NULL;
-    } else if (err == BT_EINVAL || err == BT_EACCES || err == BT_EAUTH) {
-      watch_deliver(w, BT_WATCH_ERROR, err, NULL, 0, msg);
-      watch_stop(w);
-      return;
+  if (s != c->ws) return;
+  c->ws = NULL;
+  if (c->closing) return;
+  if (err) {
+    transport_text(c, c->ws_ep, err, message, msg, sizeof(msg));
+  } else if (status) {
+    err = bt_etcd_map_status(status, message, text, sizeof(text));
+    if (err == BT_EAUTH && c->user) {
+      auth_invalidate(c, c->ws_gen);
+      count = 0;
     }
-  } else if (err && err != BT_ECANCELED) {
-    snprintf(msg, sizeof(msg), "etcd %s: %s", w->c->eps[w->ep], bt_strerror(err));
+    snprintf(msg, sizeof(msg), "etcd %s: %s", c->eps[c->ws_ep], text);
   } else {
-    /* The stream ended cleanly or we dropped it: reconnect. */
-    err = 0;
-    snprintf(msg, sizeof(msg), "etcd %s: watch stream ended", w->c->eps[w->ep]);
+    err = BT_ECONNRESET;
+    snprintf(msg, sizeof(msg), "etcd %s: watch stream ended", c->eps[c->ws_ep]);
   }
-  watch_retry(w, err ? err : BT_ECONNRESET, msg);
+  ws_failed(c, err, msg, count);
+}
+
+/* The Watch stream failed (or is dropped): every watch on it tries again,
+ * from its next revision, on the next endpoint. count = 0 when it is no
+ * failure of the watches (the token is being renewed). */
+static void ws_failed(bt_etcd_t *c, int err, const char *msg, int count) {
+  bt_grpc_stream_t *s = c->ws;
+  bt_etcd_watch_t *w, *next;
+  c->ws = NULL;
+  c->ncreating = 0;
+  if (s) bt_grpc_cancel(s);
+  if (c->closing) return;
+  if (count) endpoint_failed(c, c->ws_ep);
+  for (w = c->watches; w; w = next) {
+    next = w->next;
+    if (w->stopping || w->state == W_OFF) continue;
+    w->state = W_OFF;
+    w->id = 0;
+    cJSON_Delete(w->frag);
+    w->frag = NULL;
+    if (count) watch_retry(w, err, msg);
+    else uv_timer_start(&w->timer, on_watch_timer, 0, 0);
+  }
+}
+
+/* Opens the Watch stream if there is none. Returns 0, 1 when waiting for a
+ * token, or a BT_E* code with msg. */
+static int ws_open(bt_etcd_t *c, char *msg, size_t msglen) {
+  static const bt_grpc_stream_cbs_t cbs = { on_ws_message, on_ws_close };
+  bt_grpc_conn_t *g;
+  const char *md[8];
+  int err;
+
+  if (c->ws) return 0;
+  if (c->user && !c->token) {
+    auth_start(c);
+    return 1;
+  }
+  g = conn_get(c, c->cur, &err, msg, msglen);
+  if (!g) return err;
+  err = bt_grpc_open(g, M_WATCH, metadata(c, md, 0, 1), 0, &cbs, c, &c->ws);
+  if (err) {
+    c->ws = NULL;
+    set_msg(msg, msglen, "etcd %s: %s", c->eps[c->cur], bt_strerror(err));
+    return err;
+  }
+  c->ws_ep = c->cur;
+  c->ws_gen = c->token_gen;
+  c->ws_last = uv_now(c->loop);
+  c->ncreating = 0;
+  return 0;
 }
 
 static void watch_connect(bt_etcd_watch_t *w) {
   bt_etcd_t *c = w->c;
-  bt_http_opts_t o;
   cJSON *j, *cr;
-  char *body, url[1024], rev[32];
-  const char *hdrs[3];
-  int n = 0, err;
+  char rev[32], msg[ERRLEN];
+  int err;
 
-  if (c->user && !c->token) {
+  if (w->stopping || c->closing) return;
+  err = ws_open(c, msg, sizeof(msg));
+  if (err == 1) {
     w->waiting_auth = 1;
-    auth_start(c);
     return;
   }
   w->waiting_auth = 0;
-  w->ep = c->cur;
+  if (err) {
+    watch_retry(w, err, msg);
+    return;
+  }
+  if (c->ncreating == c->capcreating) {
+    size_t cap = c->capcreating ? c->capcreating * 2 : 8;
+    int64_t *p = realloc(c->creating, cap * sizeof(*p));
+    if (!p) {
+      watch_retry(w, BT_ENOMEM, "out of memory");
+      return;
+    }
+    c->creating = p;
+    c->capcreating = cap;
+  }
+  w->id = ++c->next_wid;
+  w->ep = c->ws_ep;
   j = cJSON_CreateObject();
   cr = cJSON_AddObjectToObject(j, "create_request");
   cJSON_AddStringToObject(cr, "key", w->key);
@@ -818,34 +1154,20 @@ static void watch_connect(bt_etcd_watch_t *w) {
     if (w->no_put) cJSON_AddItemToArray(f, cJSON_CreateString("NOPUT"));
     if (w->no_delete) cJSON_AddItemToArray(f, cJSON_CreateString("NODELETE"));
   }
-  body = cJSON_PrintUnformatted(j);
+  snprintf(rev, sizeof(rev), "%lld", (long long) w->id);
+  cJSON_AddStringToObject(cr, "watch_id", rev);
+  cJSON_AddTrueToObject(cr, "fragment");
+  err = ws_send(c, j);
   cJSON_Delete(j);
-  if (!body) {
-    watch_retry(w, BT_ENOMEM, "out of memory");
-    return;
-  }
-  hdrs[n++] = "Content-Type: application/json";
-  if (c->token) hdrs[n++] = c->token;
-  hdrs[n] = NULL;
-  snprintf(url, sizeof(url), "%s/v3/watch", c->eps[w->ep]);
-  memset(&o, 0, sizeof(o));
-  o.url = url;
-  o.body = body;
-  o.body_len = strlen(body);
-  o.headers = hdrs;
-  o.connect_timeout_ms = c->connect_timeout_ms;
-  o.cacert = c->cacert;
-  o.cert = c->cert;
-  o.key = c->key;
-  o.on_data = on_watch_data;
-  o.on_done = on_watch_done;
-  o.arg = w;
-  err = bt_http_request(c->http, &o, &w->req);
-  free(body);
   if (err) {
-    watch_retry(w, err, bt_strerror(err));
+    snprintf(msg, sizeof(msg), "etcd %s: watch request: %s", c->eps[c->ws_ep],
+             bt_strerror(err));
+    w->id = 0;
+    watch_retry(w, err, msg);
     return;
   }
+  c->creating[c->ncreating++] = w->id;
+  w->state = W_CREATING;
   w->last_data = uv_now(c->loop);
   uv_timer_start(&w->timer, on_watch_timer, (uint64_t) w->idle_ms, 0);
 }
@@ -857,6 +1179,7 @@ static void watch_auth_ready(bt_etcd_t *c) {
     if (!w->waiting_auth || w->stopping) continue;
     if (c->token) watch_connect(w);
     else {
+      w->waiting_auth = 0;
       watch_deliver(w, BT_WATCH_ERROR, BT_EAUTH, NULL, 0, "authentication failed");
       watch_stop(w);
     }
@@ -899,15 +1222,17 @@ int bt_etcd_watch(bt_etcd_t *c, const bt_etcd_watch_opts_t *o,
   c->watches = w;
   c->refs++;
   if (out) *out = w;
-  watch_connect(w);
+  /* On the next turn, as before: the stream may fail at once, and the
+   * caller must hold the watch before any callback. */
+  uv_timer_start(&w->timer, on_watch_timer, 0, 0);
   return 0;
 }
 
 static void watch_stop(bt_etcd_watch_t *w) {
   if (w->stopping) return;
+  watch_off(w);
   w->stopping = 1;
   uv_timer_stop(&w->timer);
-  if (w->req) bt_http_cancel(w->req);
   watch_maybe_close(w);
 }
 
@@ -933,20 +1258,19 @@ struct bt_etcd_keep_s {
   bt_etcd_t *c;
   bt_etcd_keep_t *prev, *next;
   char id[24];
+  int64_t lid;
   int64_t ttl;
   uint64_t last_ok;          /* ms, monotonic: send time of the last success */
   uint64_t sent_at;
-  bt_etcd_call_t *call;
+  uint64_t answer_by;        /* the renewal in flight fails then */
+  int inflight;              /* a renewal sent, its answer not yet here */
+  int waiting_auth;
   uv_timer_t timer;
   int stopping, closing, lost;
   int fences;                /* publishes its fence moment (fence.h) */
   bt_etcd_keep_cb cb;
   void *arg;
 };
-
-static uint64_t mono_ms(void) {
-  return uv_hrtime() / 1000000u;
-}
 
 static uint64_t keep_margin(const bt_etcd_keep_t *k) {
   uint64_t m = (uint64_t) k->ttl * 1000 / 6;
@@ -974,12 +1298,13 @@ static void on_keep_close(uv_handle_t *h) {
   if (k->next) k->next->prev = k->prev;
   k->cb(k, BT_ECANCELED, "keepalive stopped", k->arg);
   free(k);
-  if (--c->refs == 0 && c->closing) client_free(c);
+  client_unref(c);
 }
 
 static void keep_finish(bt_etcd_keep_t *k) {
-  if (k->closing || k->call) return;
+  if (k->closing) return;
   k->closing = 1;
+  k->inflight = 0;
   uv_timer_stop(&k->timer);
   uv_close((uv_handle_t *) &k->timer, on_keep_close);
 }
@@ -990,7 +1315,6 @@ static void keep_lost(bt_etcd_keep_t *k, const char *msg) {
   k->stopping = 1;
   keep_publish(k);
   k->cb(k, BT_ELOST, msg, k->arg);
-  if (k->call) bt_etcd_call_cancel(k->call);
   keep_finish(k);
 }
 
@@ -999,48 +1323,229 @@ static void on_keep_timer(uv_timer_t *t);
 static void keep_arm(bt_etcd_keep_t *k, uint64_t in_ms) {
   uint64_t now = mono_ms();
   uint64_t deadline = keep_fence_at(k);
+  if (k->closing) return;
   if (now + in_ms > deadline) in_ms = deadline > now ? deadline - now : 0;
   uv_timer_start(&k->timer, on_keep_timer, in_ms, 0);
 }
 
-static void on_keep_res(const bt_etcd_res_t *res, void *arg) {
-  bt_etcd_keep_t *k = arg;
-  int64_t ttl = 0;
+/* A renewal's answer: ttl 0 means the lease is gone. */
+static void keep_answer(bt_etcd_keep_t *k, int64_t ttl) {
   char msg[ERRLEN];
-
-  k->call = NULL;
-  if (k->stopping) {
-    keep_finish(k);
-    return;
-  }
-  if (!res->err) {
-    bt_etcd_int64(res->json, "TTL", &ttl);
-    if (ttl <= 0) {
-      snprintf(msg, sizeof(msg), "lease %s expired or was revoked", k->id);
-      keep_lost(k, msg);
-      return;
-    }
-    k->ttl = ttl;
-    k->last_ok = k->sent_at;
-    keep_publish(k);
-    keep_arm(k, (uint64_t) ttl * 1000 / 3);
-    return;
-  }
-  if (res->err == BT_ENOLEASE) {
-    snprintf(msg, sizeof(msg), "lease %s not found", k->id);
+  k->inflight = 0;
+  if (ttl <= 0) {
+    snprintf(msg, sizeof(msg), "lease %s expired or was revoked", k->id);
     keep_lost(k, msg);
     return;
   }
-  /* A transport or server failure (every endpoint tried): try again soon;
-   * on_keep_timer declares the lease lost once the deadline passes. */
-  keep_arm(k, 250);
+  k->ttl = ttl;
+  k->last_ok = k->sent_at;
+  keep_publish(k);
+  keep_arm(k, (uint64_t) ttl * 1000 / 3);
+}
+
+static void ks_failed(bt_etcd_t *c, int err, const char *msg, int count);
+
+static void on_ks_timer(uv_timer_t *t);
+
+/* Arms ks_timer for the earliest answer due on the LeaseKeepAlive stream. */
+static void ks_timer_arm(bt_etcd_t *c) {
+  bt_etcd_keep_t *k;
+  bt_etcd_call_t *call;
+  uint64_t first = UINT64_MAX, now = mono_ms();
+  if (c->closing) return;
+  for (k = c->keeps; k; k = k->next)
+    if (k->inflight && k->answer_by < first) first = k->answer_by;
+  for (call = c->calls; call; call = call->next)
+    if (call->on_ks && call->ks_deadline < first) first = call->ks_deadline;
+  if (first == UINT64_MAX) uv_timer_stop(&c->ks_timer);
+  else uv_timer_start(&c->ks_timer, on_ks_timer, first > now ? first - now : 0, 0);
+}
+
+/* An answer overdue on the LeaseKeepAlive stream: the member is hung or
+ * the connection dead; renewals move to the next endpoint. */
+static void on_ks_timer(uv_timer_t *t) {
+  bt_etcd_t *c = t->data;
+  bt_etcd_keep_t *k;
+  bt_etcd_call_t *call;
+  uint64_t now = mono_ms();
+  int late = 0;
+  char msg[ERRLEN];
+  for (k = c->keeps; k; k = k->next) late |= k->inflight && k->answer_by <= now;
+  for (call = c->calls; call; call = call->next)
+    late |= call->on_ks && call->ks_deadline <= now;
+  if (late) {
+    snprintf(msg, sizeof(msg), "etcd %s: no keepalive answer in time", c->eps[c->ks_ep]);
+    ks_failed(c, BT_ETIMEDOUT, msg, 1);
+  }
+  ks_timer_arm(c);
+}
+
+static void on_ks_message(bt_grpc_stream_t *s, const uint8_t *p, size_t len,
+                          void *arg) {
+  bt_etcd_t *c = arg;
+  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/lease/keepalive");
+  bt_etcd_keep_t *k, *next;
+  bt_etcd_call_t *call;
+  int64_t id = 0, ttl = 0;
+  int err = 0;
+  cJSON *j;
+  char msg[ERRLEN];
+
+  if (s != c->ks) return;
+  j = bt_etcdpb_decode(m->res, p, len, &err);
+  if (!j || bt_etcd_int64(j, "ID", &id) || bt_etcd_int64(j, "TTL", &ttl)) {
+    cJSON_Delete(j);
+    snprintf(msg, sizeof(msg), "etcd %s: malformed keepalive response", c->eps[c->ks_ep]);
+    ks_failed(c, BT_EPROTO, msg, 1);
+    return;
+  }
+  for (k = c->keeps; k; k = next) {
+    next = k->next;
+    if (k->inflight && k->lid == id) keep_answer(k, ttl);
+  }
+  for (call = c->calls; call; call = call->next)
+    if (call->on_ks && call->lease == id) {
+      call->on_ks = 0;
+      call_done(call, 0, j, "");
+      break; /* one answer per request */
+    }
+  cJSON_Delete(j);
+  ks_timer_arm(c);
+}
+
+static void on_ks_close(bt_grpc_stream_t *s, int err, int status,
+                        const char *message, void *arg) {
+  bt_etcd_t *c = arg;
+  char msg[ERRLEN], text[TEXTLEN];
+  int count = 1;
+
+  if (s != c->ks) return;
+  c->ks = NULL;
+  if (c->closing) return;
+  if (err) {
+    transport_text(c, c->ks_ep, err, message, msg, sizeof(msg));
+  } else if (status) {
+    err = bt_etcd_map_status(status, message, text, sizeof(text));
+    if (err == BT_EAUTH && c->user) {
+      auth_invalidate(c, c->ks_gen);
+      count = 0;
+    }
+    snprintf(msg, sizeof(msg), "etcd %s: %s", c->eps[c->ks_ep], text);
+  } else {
+    err = BT_ECONNRESET;
+    snprintf(msg, sizeof(msg), "etcd %s: keepalive stream ended", c->eps[c->ks_ep]);
+  }
+  ks_failed(c, err, msg, count);
+}
+
+/* The LeaseKeepAlive stream failed (or is dropped): renewals in flight are
+ * sent again, on the next endpoint when count. */
+static void ks_failed(bt_etcd_t *c, int err, const char *msg, int count) {
+  bt_grpc_stream_t *s = c->ks;
+  bt_etcd_keep_t *k;
+  bt_etcd_call_t *call;
+  int again = 1;
+
+  c->ks = NULL;
+  if (s) bt_grpc_cancel(s);
+  if (c->closing) return;
+  if (count) endpoint_failed(c, c->ks_ep);
+  for (k = c->keeps; k; k = k->next)
+    if (k->inflight) {
+      k->inflight = 0;
+      keep_arm(k, count ? 100 : 0);
+    }
+  while (again) {
+    again = 0;
+    for (call = c->calls; call; call = call->next) {
+      if (!call->on_ks) continue;
+      call->on_ks = 0;
+      if (call->tried >= c->neps && count) call_done(call, err, NULL, msg);
+      else call_send(call);
+      again = 1;
+      break;
+    }
+  }
+  ks_timer_arm(c);
+}
+
+/* Opens the LeaseKeepAlive stream if there is none. Returns 0, 1 when
+ * waiting for a token, or a BT_E* code with msg. */
+static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
+  static const bt_grpc_stream_cbs_t cbs = { on_ks_message, on_ks_close };
+  bt_grpc_conn_t *g;
+  const char *md[8];
+  int err;
+
+  if (c->ks) return 0;
+  if (c->user && !c->token) {
+    auth_start(c);
+    return 1;
+  }
+  g = conn_get(c, c->cur, &err, msg, msglen);
+  if (!g) return err;
+  err = bt_grpc_open(g, M_KEEP, metadata(c, md, 0, 1), 0, &cbs, c, &c->ks);
+  if (err) {
+    c->ks = NULL;
+    set_msg(msg, msglen, "etcd %s: %s", c->eps[c->cur], bt_strerror(err));
+    return err;
+  }
+  c->ks_ep = c->cur;
+  c->ks_gen = c->token_gen;
+  return 0;
+}
+
+/* Sends one renewal of lease id; 0, 1 (waiting for a token) or BT_E*. */
+static int ks_renew(bt_etcd_t *c, int64_t id, char *msg, size_t msglen) {
+  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/lease/keepalive");
+  cJSON *j;
+  uint8_t *buf = NULL;
+  size_t len;
+  char s[32];
+  int err = ks_open(c, msg, msglen);
+  if (err) return err;
+  j = cJSON_CreateObject();
+  snprintf(s, sizeof(s), "%lld", (long long) id);
+  if (!j || !cJSON_AddStringToObject(j, "ID", s)) {
+    cJSON_Delete(j);
+    return BT_ENOMEM;
+  }
+  err = pack(m->req, j, &buf, &len, msg, msglen);
+  cJSON_Delete(j);
+  if (!err) err = bt_grpc_send(c->ks, buf, len, 0);
+  free(buf);
+  if (err) set_msg(msg, msglen, "etcd %s: keepalive: %s", c->eps[c->ks_ep], bt_strerror(err));
+  return err;
+}
+
+/* A one-off "/v3/lease/keepalive" call: sent on the LeaseKeepAlive stream,
+ * answered by the next answer for its lease. */
+static int keep_call_send(bt_etcd_call_t *call) {
+  bt_etcd_t *c = call->c;
+  char msg[ERRLEN];
+  int err = ks_renew(c, call->lease, msg, sizeof(msg));
+  if (err == 1) {
+    call->waiting_auth = 1;
+    return 0;
+  }
+  call->tried++;
+  if (err) {
+    call_defer(call, err, msg);
+    return 0;
+  }
+  call->ep = c->ks_ep;
+  call->on_ks = 1;
+  call->ks_deadline = mono_ms() + (uint64_t) call->timeout_ms;
+  ks_timer_arm(c);
+  return 0;
 }
 
 static void on_keep_timer(uv_timer_t *t) {
   bt_etcd_keep_t *k = t->data;
+  bt_etcd_t *c = k->c;
   uint64_t now = mono_ms();
-  char body[64], msg[ERRLEN];
-  long attempt_ms;
+  char msg[ERRLEN];
+  uint64_t attempt_ms;
   int err;
 
   if (k->stopping) return;
@@ -1051,32 +1556,52 @@ static void on_keep_timer(uv_timer_t *t) {
     keep_lost(k, msg);
     return;
   }
-  if (k->call) { /* still waiting for the previous answer */
+  if (k->inflight) { /* still waiting for the previous answer */
     keep_arm(k, 250);
     return;
   }
-  snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", k->id);
+  err = ks_renew(c, k->lid, msg, sizeof(msg));
+  if (err) {
+    k->waiting_auth = err == 1;
+    keep_arm(k, 250);
+    return;
+  }
   k->sent_at = now;
-  /* A hung member must not eat the lease's budget: each attempt gets
-   * ttl/6 (0.5 to 2 s), after which the call moves to the next endpoint. */
-  attempt_ms = (long) keep_margin(k);
+  k->inflight = 1;
+  /* A hung member must not eat the lease's budget: each renewal gets ttl/6
+   * (0.5 to 2 s) for its answer, after which the stream moves to the next
+   * endpoint. */
+  attempt_ms = keep_margin(k);
   if (attempt_ms < 500) attempt_ms = 500;
-  err = call_start(k->c, "/v3/lease/keepalive", body, strlen(body),
-                   BT_ETCD_IDEMPOTENT | F_STREAM, attempt_ms, on_keep_res, k,
-                   &k->call);
-  if (err) keep_arm(k, 250);
-  else keep_arm(k, (uint64_t) k->ttl * 1000); /* only the deadline check */
+  k->answer_by = now + attempt_ms;
+  ks_timer_arm(c);
+  keep_arm(k, (uint64_t) k->ttl * 1000); /* only the deadline check */
+}
+
+static void keep_auth_ready(bt_etcd_t *c) {
+  bt_etcd_keep_t *k;
+  for (k = c->keeps; k; k = k->next)
+    if (k->waiting_auth && !k->stopping) {
+      k->waiting_auth = 0;
+      keep_arm(k, 0);
+    }
 }
 
 int bt_etcd_keep(bt_etcd_t *c, const char *id, int64_t ttl, bt_etcd_keep_cb cb,
                  void *arg, bt_etcd_keep_t **out) {
   bt_etcd_keep_t *k;
+  char *end;
+  long long lid;
   if (c->closing) return BT_ECLOSED;
-  if (ttl <= 0 || strlen(id) >= sizeof(k->id)) return BT_EINVAL;
+  if (ttl <= 0 || strlen(id) >= sizeof(k->id) || !id[0]) return BT_EINVAL;
+  errno = 0;
+  lid = strtoll(id, &end, 10);
+  if (*end || errno == ERANGE || lid == 0) return BT_EINVAL;
   k = calloc(1, sizeof(*k));
   if (!k) return BT_ENOMEM;
   k->c = c;
   snprintf(k->id, sizeof(k->id), "%s", id);
+  k->lid = lid;
   k->ttl = ttl;
   k->last_ok = mono_ms();
   k->cb = cb;
@@ -1096,7 +1621,6 @@ void bt_etcd_keep_stop(bt_etcd_keep_t *k) {
   if (k->stopping) return;
   k->stopping = 1;
   keep_publish(k);
-  if (k->call) bt_etcd_call_cancel(k->call);
   keep_finish(k);
 }
 
@@ -1122,17 +1646,36 @@ int bt_etcd_keep_fence(bt_etcd_keep_t *k) {
 
 /* ---- shutdown ---------------------------------------------------------- */
 
+static void on_client_timer_close(uv_handle_t *h) {
+  client_unref(h->data);
+}
+
 void bt_etcd_close(bt_etcd_t *c) {
+  bt_etcd_watch_t *w;
+  bt_etcd_keep_t *k;
+  conn_t *cn;
   if (!c || c->closing) return;
   c->closing = 1;
-  while (c->calls) bt_etcd_call_cancel(c->calls);
-  {
-    bt_etcd_watch_t *w;
-    bt_etcd_keep_t *k;
-    for (w = c->watches; w; w = w->next) watch_stop(w);
-    for (k = c->keeps; k; k = k->next) bt_etcd_keep_stop(k);
+  for (;;) {
+    bt_etcd_call_t *call;
+    /* (a stream whose callback is running ends once it returns) */
+    for (call = c->calls; call && call->canceled && call->s; call = call->next) {}
+    if (!call) break;
+    bt_etcd_call_cancel(call);
   }
-  bt_http_close(c->http);
-  c->http = NULL;
-  if (c->refs == 0) client_free(c);
+  for (w = c->watches; w; w = w->next) watch_stop(w);
+  for (k = c->keeps; k; k = k->next) bt_etcd_keep_stop(k);
+  if (c->ws) {
+    bt_grpc_stream_t *s = c->ws;
+    c->ws = NULL;
+    bt_grpc_cancel(s);
+  }
+  if (c->ks) {
+    bt_grpc_stream_t *s = c->ks;
+    c->ks = NULL;
+    bt_grpc_cancel(s);
+  }
+  for (cn = c->conns; cn; cn = cn->next) bt_grpc_close(cn->g);
+  uv_close((uv_handle_t *) &c->done_timer, on_client_timer_close);
+  uv_close((uv_handle_t *) &c->ks_timer, on_client_timer_close);
 }

@@ -1,11 +1,14 @@
 /*
- * etcd v3 client over the JSON gateway (HTTP/1.1 + JSON), on a libuv loop.
+ * etcd v3 client over etcd's native gRPC API (grpc.h, etcdpb.h), on a libuv
+ * loop.
  *
  * The engine moves requests and streams: it picks the endpoint, fails over
- * to the next one when that is safe, authenticates (token in
- * "Authorization", re-authenticating on 401), maps etcd's error bodies to
- * BT_E* codes, keeps leases alive and resumes watches. It does not know the
- * shape of each request: callers hand it JSON bodies and get parsed cJSON.
+ * to the next one when that is safe, authenticates (the "token" metadata,
+ * re-authenticating when etcd says the token is invalid), maps gRPC
+ * statuses to BT_E* codes, keeps leases alive and resumes watches. It does
+ * not know the shape of each request: callers hand it JSON bodies in the
+ * form of etcd's JSON gateway and get the answer in that form (etcdpb.h
+ * converts to and from protobuf).
  */
 #ifndef BATON_ETCD_H
 #define BATON_ETCD_H
@@ -57,10 +60,14 @@ bt_etcd_t *bt_etcd_new(uv_loop_t *loop, const bt_etcd_opts_t *o, int *err,
  * keepalives and watches, and frees the client once its handles closed. */
 void bt_etcd_close(bt_etcd_t *c);
 
-/** POSTs body (a JSON object) to path ("/v3/kv/range"); cb runs once. */
-int bt_etcd_call(bt_etcd_t *c, const char *path, const char *body,
-                 size_t len, int flags, bt_etcd_cb cb, void *arg,
-                 bt_etcd_call_t **out);
+/** Sends body (a JSON object in the gateway's form, read during the call
+ * only) as the request the gateway path names ("/v3/kv/range" ->
+ * KV/Range); cb runs once, on a later loop turn. An unknown path or a body
+ * that does not fit the request is answered with BT_EINVAL and a message.
+ * "/v3/lease/keepalive" is answered from the client's LeaseKeepAlive
+ * stream (the gateway's "result" object). */
+int bt_etcd_call(bt_etcd_t *c, const char *path, const cJSON *body, int flags,
+                 bt_etcd_cb cb, void *arg, bt_etcd_call_t **out);
 
 /** Cancels a call: its callback runs with BT_ECANCELED. */
 void bt_etcd_call_cancel(bt_etcd_call_t *call);
@@ -152,10 +159,11 @@ int bt_etcd_keep_fence(bt_etcd_keep_t *k);
 
 /* ---- pure helpers (unit-tested) --------------------------------------- */
 
-/** Maps an etcd/gateway error (HTTP status + body) to a BT_E* code and
- * writes "message" (etcd's own text) to msg. */
-int bt_etcd_map_error(long status, const char *body, size_t len, char *msg,
-                      size_t msglen);
+/** Maps a call's gRPC status (non-zero) and grpc-message to a BT_E* code
+ * and writes the message (etcd's own text, or a stand-in when empty) to
+ * msg. */
+int bt_etcd_map_status(int status, const char *message, char *msg,
+                       size_t msglen);
 
 /** Reads an int64 that etcd sends as a JSON string (or number); missing
  * means 0. Returns 0, or BT_EPROTO if present but malformed. */

@@ -1,29 +1,29 @@
 /*
- * Inside the etcd client: the pure core of the watch stream's line parser,
- * apart from the watch it drives, so that it can be unit-tested and fuzzed
- * (fuzz/etcd_fuzz.c) without a server.
+ * Inside the etcd client: the pure core of the Watch stream's
+ * demultiplexer, apart from the watches it drives, so that it can be
+ * unit-tested and fuzzed (fuzz/etcd_fuzz.c) without a server.
  */
 #ifndef BATON_ETCD_INT_H
 #define BATON_ETCD_INT_H
 
 #include "etcd.h"
 
-/* One line of a streamed watch response ({"result":{...}}), as read. */
+/* One WatchResponse, as etcdpb.h decodes it (the gateway's JSON form). */
 typedef struct {
-  cJSON *json;              /* the whole line: the caller cJSON_Deletes it */
-  int64_t revision;         /* result.header.revision (0 when absent) */
-  int64_t compact_revision; /* result.compact_revision (0 when absent) */
-  int created, canceled;
-  const char *cancel_reason;  /* "" when absent; points into json */
-  cJSON *events;            /* result.events when a non-empty array, else NULL */
+  int64_t watch_id;         /* -1 for a refused create or a progress for all */
+  int64_t revision;         /* header.revision (0 when absent) */
+  int64_t compact_revision; /* compact_revision (0 when absent) */
+  int created, canceled, fragment;
+  const char *cancel_reason;  /* "" when absent; points into the response */
+  cJSON *events;            /* events when a non-empty array, else NULL */
   int64_t last_mod;         /* mod_revision of the last event's kv (0 if none) */
-} bt__watch_line_t;
+} bt__watch_res_t;
 
-/** Parses one line of len bytes (no newline). Returns 0 and fills *l, or
- * BT_EPROTO when the stream must be dropped: not JSON, no "result" object
- * (an {"error":...} line: the server is going away), or a revision out of
- * the range 0..INT64_MAX-1 (so that revision + 1 is always one). A
- * malformed revision string reads as 0, as bt_etcd_int64 leaves it. */
-int bt__etcd_watch_line(const char *p, size_t len, bt__watch_line_t *l);
+/** Reads a decoded WatchResponse. Returns 0 and fills *r, or BT_EPROTO
+ * when the stream must be dropped: not an object, a malformed watch_id,
+ * events that are not an array, or a revision out of the range
+ * 0..INT64_MAX-1 (so that revision + 1 is always one). A malformed
+ * revision string reads as 0, as bt_etcd_int64 leaves it. */
+int bt__etcd_watch_res(const cJSON *j, bt__watch_res_t *r);
 
 #endif

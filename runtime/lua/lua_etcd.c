@@ -168,7 +168,6 @@ static int l_call(lua_State *L) {
   const char *path = luaL_checkstring(L, 2);
   int flags = lua_toboolean(L, 4) ? BT_ETCD_IDEMPOTENT : 0;
   char err[256];
-  char *body;
   cJSON *j;
   bt_co_t *co;
   creq_t *r;
@@ -178,17 +177,14 @@ static int l_call(lua_State *L) {
   co = bt_co_current(L, "etcd request");
   j = bt_lua_to_json(L, 3, err, sizeof(err));
   if (!j) return luaL_error(L, "etcd request body: %s", err);
-  body = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
   r = calloc(1, sizeof(*r));
-  if (!body || !r) {
-    free(body);
-    free(r);
+  if (!r) {
+    cJSON_Delete(j);
     return bt_push_fail(L, BT_ENOMEM, NULL);
   }
   r->co = co;
-  e = bt_etcd_call(cl->c, path, body, strlen(body), flags, on_call, r, &r->call);
-  free(body);
+  e = bt_etcd_call(cl->c, path, j, flags, on_call, r, &r->call);
+  cJSON_Delete(j);
   if (e) {
     free(r);
     return bt_push_fail(L, e, NULL);
