@@ -9,15 +9,17 @@ BIN      ?= bin/baton
 # libcurl is compiled against (its header) but not linked: the HTTP
 # client's curl backend (runtime/core/http_curl.c) loads it with dlopen on
 # the first https:// request.
-PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libseccomp
-PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libseccomp
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
+            libprotobuf-c
+PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
+            libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type
 SAN      ?=
 CFLAGS   ?=
 CFLAGS   += -std=gnu11 -g $(OPT) $(WARN) $(SAN) -fno-strict-aliasing -MMD -MP \
-            -Iruntime -Iruntime/core -Iruntime/lua -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(CURDIR)/lua"'
+            -Iruntime -Iruntime/core -Iruntime/lua -I$(BUILD)/gen -DBATON_VERSION='"$(VERSION)"' -DBATON_LUADIR='"$(CURDIR)/lua"'
 LDFLAGS  += $(SAN)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -26,7 +28,13 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS_LINK) 2>/dev/null) -lm -lpthread -
 # runtime/core: the engine (no lua.h); runtime/lua: the Lua runtime and one
 # binding file per module; runtime/: the program (main, the C subcommands).
 SRCS     := $(wildcard runtime/*.c runtime/core/*.c runtime/lua/*.c)
-OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o)
+# proto/*.proto (etcd's messages) compiled by protoc-c into $(BUILD)/gen,
+# never committed: the generated code carries protobuf-c's version guards.
+PROTOS   := $(wildcard proto/*.proto)
+GEN      := $(BUILD)/gen
+GEN_HS   := $(PROTOS:proto/%.proto=$(GEN)/%.pb-c.h)
+GEN_OBJS := $(PROTOS:proto/%.proto=$(BUILD)/obj/gen/%.pb-c.o)
+OBJS     := $(SRCS:runtime/%.c=$(BUILD)/obj/%.o) $(GEN_OBJS)
 LIBOBJS  := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%.t,$(wildcard tests/c/*.c))
 PROVE    ?= prove
@@ -57,14 +65,27 @@ $(BIN): $(OBJS)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $(OBJS) $(PKG_LIBS)
 
-$(BUILD)/obj/%.o: runtime/%.c
+# Every object waits for the generated headers (order-only: afterwards
+# -MMD's dependencies say which ones really include them).
+$(BUILD)/obj/%.o: runtime/%.c | $(GEN_HS)
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+
+.SECONDARY: $(GEN_HS:.h=.c) $(GEN_HS)
+$(GEN)/%.pb-c.c $(GEN)/%.pb-c.h: proto/%.proto
+	@mkdir -p $(GEN)
+	@echo "  PROTO $<"
+	@protoc-c --proto_path=proto --c_out=$(GEN) $<
+
+$(BUILD)/obj/gen/%.pb-c.o: $(GEN)/%.pb-c.c $(GEN)/%.pb-c.h
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
 
 # C unit tests: tests/c/NAME.c -> $(BUILD)/tests/NAME.t, linked with the
 # engine (everything but main.o).
-$(BUILD)/tests/%.t: tests/c/%.c $(LIBOBJS)
+$(BUILD)/tests/%.t: tests/c/%.c $(LIBOBJS) | $(GEN_HS)
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -Itests/c -o $@ $< $(LIBOBJS) $(LDFLAGS) $(PKG_LIBS)
@@ -226,7 +247,7 @@ $(INSTALL_BUILD)/defs: FORCE
 	@mkdir -p $(dir $@)
 	@printf '%s\n' "$(VERSION) $(LUADIR)" | cmp -s - $@ || printf '%s\n' "$(VERSION) $(LUADIR)" >$@
 
-$(INSTALL_BUILD)/obj/%.o: runtime/%.c $(INSTALL_BUILD)/defs
+$(INSTALL_BUILD)/obj/%.o: runtime/%.c $(INSTALL_BUILD)/defs | $(GEN_HS)
 	@mkdir -p $(dir $@)
 	@echo "  CC    $@"
 	@$(CC) $(filter-out -DBATON_%,$(CFLAGS)) $(INSTALL_DEFS) $(PKG_CFLAGS) -c -o $@ $<
