@@ -446,10 +446,12 @@ static int pack(const ProtobufCMessageDescriptor *d, const cJSON *j,
  * transport's when it says more. */
 static void transport_text(bt_etcd_t *c, int ep, int err, const char *why,
                            char *msg, size_t len) {
-  if (why && why[0] && !contains(why, c->eps[ep]))
-    snprintf(msg, len, "etcd %s: %s (%s)", c->eps[ep], bt_strerror(err), why);
+  size_t n = strlen(c->eps[ep]);
+  if (why && !strncmp(why, c->eps[ep], n) && !strncmp(why + n, ": ", 2)) why += n + 2;
+  if (why && why[0] && !strncmp(why, bt_strerror(err), strlen(bt_strerror(err))))
+    snprintf(msg, len, "etcd %s: %s", c->eps[ep], why);
   else if (why && why[0])
-    snprintf(msg, len, "%s", why);
+    snprintf(msg, len, "etcd %s: %s (%s)", c->eps[ep], bt_strerror(err), why);
   else
     snprintf(msg, len, "etcd %s: %s", c->eps[ep], bt_strerror(err));
 }
@@ -864,9 +866,10 @@ static void on_watch_timer(uv_timer_t *t) {
     }
     snprintf(msg, sizeof(msg), "etcd %s: watch silent for %.1f s", c->eps[w->ep],
              (double) (now - w->last_data) / 1000.0);
-    if (c->ws && (now - c->ws_last >= (uint64_t) w->idle_ms || c->cur != c->ws_ep)) {
-      /* The whole stream is silent, or the client moved elsewhere: the
-       * member is presumed dead, every watch moves. */
+    if (c->ws && c->cur != c->ws_ep) {
+      /* The client moved elsewhere (calls failed there): the member is
+       * presumed dead, every watch moves. (A dead connection is found by
+       * its PINGs, grpc.h; the other watches may be talking.) */
       ws_failed(c, BT_ETIMEDOUT, msg, 1);
       return;
     }
