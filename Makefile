@@ -9,9 +9,9 @@ BIN      ?= bin/baton
 # libcurl is compiled against (its header) but not linked: the HTTP
 # client's curl backend (runtime/core/http_curl.c) loads it with dlopen on
 # the first https:// request.
-PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libseccomp \
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
             libprotobuf-c
-PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libseccomp \
+PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
             libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \

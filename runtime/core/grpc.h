@@ -106,7 +106,7 @@ typedef struct {
   uint8_t hdr[5];
   size_t hdr_have;
   uint8_t *buf;               /* the message being reassembled */
-  size_t len, have;
+  size_t len, have, cap;      /* its length, bytes so far, buf's size */
   size_t max;                 /* largest message accepted */
 } bt__grpc_deframer_t;
 
