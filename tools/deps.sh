@@ -15,7 +15,8 @@ set -u
 kind=${1:-test}
 build="build-essential dpkg-dev pkg-config libluajit-5.1-dev libuv1-dev
        libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev libsodium-dev
-       libssl-dev libnghttp2-dev libseccomp-dev libprotobuf-c-dev protobuf-c-compiler tzdata"
+       libssl-dev libnghttp2-dev libseccomp-dev libprotobuf-c-dev protobuf-c-compiler
+       tzdata"
 demo="etcd-server etcd-client"
 test="faketime openssl curl prometheus chromium wrk"
 case $kind in

@@ -108,6 +108,7 @@ static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...)
 static void conn_flush(bt_grpc_conn_t *c);
 static void conn_arm(bt_grpc_conn_t *c, uint64_t due);
 static void conn_schedule(bt_grpc_conn_t *c);
+static uint64_t conn_next_due(bt_grpc_conn_t *c);
 
 /* ---- streams ----------------------------------------------------------- */
 
@@ -631,6 +632,7 @@ static void transport_up(bt_grpc_conn_t *c) {
   c->transport_up = 1;
   c->last_read = uv_now(c->loop);
   conn_flush(c);
+  if (!c->closing) conn_arm(c, conn_next_due(c));
 }
 
 static void tls_handshake(bt_grpc_conn_t *c) {
