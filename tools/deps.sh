@@ -56,10 +56,9 @@ node_deps() {
   # puppeteer-core for the dashboard's browser test (tests/cluster/dashboard.sh):
   # it drives Debian's chromium and never downloads a browser.
   npm_ci tests/browser puppeteer-core "the dashboard browser test"
-  # etcd3 (grpc-js) for the gRPC side of tests/bench/etcd-gateway, which
-  # compares etcd's CPU for baton's requests through the JSON gateway and
-  # through gRPC.
-  npm_ci tests/bench/grpc etcd3 "the gRPC side of the etcd-gateway bench"
+  # etcd3 (grpc-js) for the reference side of tests/bench/etcd-transport, which
+  # compares etcd's CPU per request for baton's client and for etcd3.
+  npm_ci tests/bench/grpc etcd3 "the reference side of the etcd-transport bench"
   return 0
 }
 [ -z "$missing" ] && { node_deps; exit 0; }

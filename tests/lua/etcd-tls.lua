@@ -19,6 +19,10 @@ openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN
 printf 'extendedKeyUsage=clientAuth\n' > client.ext
 openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 30 -extfile client.ext 2>/dev/null]])
 
+-- etcd's JSON gateway as tests/harness/etcd has it (BATON_ETCD_GATEWAY).
+local gateway_flag = (os.getenv("BATON_ETCD_GATEWAY") or "1") == "0"
+  and " --enable-grpc-gateway=false" or ""
+
 -- etcd on random free-looking ports; retried if a port was taken.
 math.randomseed(math.floor(baton.now() * 1000) % 2147483647)
 local etcd, url
@@ -30,7 +34,8 @@ for _ = 1, 5 do
     .. " --listen-client-urls " .. url .. " --advertise-client-urls " .. url
     .. " --listen-peer-urls " .. peer .. " --initial-advertise-peer-urls " .. peer
     .. " --initial-cluster tls=" .. peer .. " --cert-file server.pem --key-file server.key"
-    .. " --trusted-ca-file ca.pem --client-cert-auth >etcd.log 2>&1", cwd = dir, stdio = "null" })
+    .. " --trusted-ca-file ca.pem --client-cert-auth" .. gateway_flag
+    .. " >etcd.log 2>&1", cwd = dir, stdio = "null" })
   local probe = baton.etcd.new { endpoints = url, cacert = dir .. "/ca.pem", timeout = 30,
                                  connect_timeout = 20, cert = dir .. "/client.pem",
                                  key = dir .. "/client.key" }

@@ -1,14 +1,15 @@
-// Helper of tests/bench/etcd-gateway: the gRPC half (etcd's native gRPC
-// API through the npm package etcd3, pinned in package.json). Run as
+// Helper of tests/bench/etcd-transport: the reference half (etcd's native
+// gRPC API through the npm package etcd3, pinned in package.json). Run as
 //
 //   node bench.js URL WORKLOAD ETCD_PID N CONC BASE [RATE]
 //
 // with the same workloads, keys, values, concurrency, pacing and warm-up as
-// tests/bench/etcd-gateway.lua (see there), through etcd3's raw KV client
+// tests/bench/etcd-transport.lua (see there), through etcd3's raw KV client
 // (client.kv.txn / client.kv.range: the request objects of etcd's
 // rpc.proto, which nest txns as request_txn, which etcd3's high-level
-// builder cannot). Prints "ticks=.. wall_us=.. n=..", etcd's utime+stime
-// from /proc/ETCD_PID/stat around the N requests only.
+// builder cannot). Prints "ticks=.. wall_us=.. n=.. self_ticks=..", etcd's
+// utime+stime from /proc/ETCD_PID/stat and this process's (every thread)
+// from /proc/self/stat around the N requests only.
 'use strict';
 const fs = require('fs');
 const { Etcd3 } = require('etcd3');
@@ -26,10 +27,10 @@ const keys = [];
 for (let i = 0; i < 1000; i++) keys.push(Buffer.from(`${base}/k/${String(i).padStart(3, '0')}`));
 const key = (i) => keys[i % 1000];
 
-// utime + stime of etcd (fields 14 and 15 of /proc/PID/stat, counted after
+// utime + stime of etcd, or with 'self' of this process (fields 14 and 15 of /proc/PID/stat, counted after
 // the ")" that ends the command name)
-function etcdTicks() {
-  const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+function ticks(p) {
+  const s = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
   const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
   return Number(f[11]) + Number(f[12]);
 }
@@ -38,7 +39,7 @@ async function main() {
   const client = new Etcd3({ hosts: url });
   const kv = client.kv;
   const m = await kv.range({ key: marker });
-  if (!m.kvs.length) throw new Error(`${base}/marker missing: run the gateway helper's setup first`);
+  if (!m.kvs.length) throw new Error(`${base}/marker missing: run etcd-transport.lua's setup first`);
   const fence = m.kvs[0].create_revision;
   const putTxn = (i) => ({
     compare: [{ key: marker, target: 'Create', result: 'Equal', create_revision: fence }],
@@ -86,10 +87,10 @@ async function main() {
     await Promise.all(Array.from({ length: conc }, worker));
   }
   await run(4 * conc);
-  const t0 = process.hrtime.bigint(), c0 = etcdTicks();
+  const t0 = process.hrtime.bigint(), c0 = ticks(pid), s0 = ticks('self');
   await run(n, rate > 0);
-  const t1 = process.hrtime.bigint(), c1 = etcdTicks();
-  console.log(`ticks=${c1 - c0} wall_us=${(t1 - t0) / 1000n} n=${n}`);
+  const t1 = process.hrtime.bigint(), c1 = ticks(pid), s1 = ticks('self');
+  console.log(`ticks=${c1 - c0} wall_us=${(t1 - t0) / 1000n} n=${n} self_ticks=${s1 - s0}`);
   client.close();
 }
 

@@ -1,7 +1,7 @@
--- Helper of tests/bench/etcd-gateway: the gateway half (etcd's v3 JSON
--- gateway, through baton.etcd as baton itself uses it). Run as
+-- Helper of tests/bench/etcd-transport: baton's half (baton.etcd as baton
+-- itself uses it, over whatever transport this baton has). Run as
 --
---   baton --endpoints URL eval etcd-gateway.lua WORKLOAD ETCD_PID N CONC BASE [RATE]
+--   baton --endpoints URL eval etcd-transport.lua WORKLOAD ETCD_PID N CONC BASE [RATE]
 --
 -- WORKLOAD is one of
 --   setup    makes sure the marker key BASE/marker exists and puts the
@@ -16,8 +16,10 @@
 -- with CONC requests in flight (CONC coroutines sharing one client), after
 -- a warm-up of 4*CONC requests; with RATE > 0, request i starts no earlier
 -- than i/RATE seconds after the first (at most CONC in flight still). The same requests as tests/bench/grpc/bench.js
--- sends. Prints "ticks=<etcd utime+stime, clock ticks> wall_us=<..> n=<N>",
--- etcd's CPU read from /proc/ETCD_PID/stat around the N requests only.
+-- sends. Prints "ticks=<etcd utime+stime, clock ticks> wall_us=<..> n=<N>
+-- self_ticks=<this process's utime+stime>", etcd's CPU read from
+-- /proc/ETCD_PID/stat and this process's from /proc/self/stat around the N
+-- requests only.
 local workload, pid = arg[1], arg[2]
 local n, conc = tonumber(arg[3]), tonumber(arg[4])
 local base = arg[5]
@@ -31,10 +33,11 @@ local NESTED = 32
 
 local function key(i) return ("%s/k/%03d"):format(base, i % 1000) end
 
--- utime + stime of the etcd process (fields 14 and 15 of /proc/PID/stat;
--- counted after the ")" that ends the command name, which may hold spaces)
-local function etcd_ticks()
-  local f = assert(io.open("/proc/" .. pid .. "/stat"))
+-- utime + stime of a process (fields 14 and 15 of /proc/PID/stat; counted
+-- after the ")" that ends the command name, which may hold spaces): etcd's,
+-- or with "self" this process's, all its threads
+local function ticks(p)
+  local f = assert(io.open("/proc/" .. p .. "/stat"))
   local s = f:read("*a")
   f:close()
   local fields = {}
@@ -110,9 +113,9 @@ local function run(count, done, paced)
 end
 
 run(4 * conc, function()
-  local t0, c0 = mono(), etcd_ticks()
+  local t0, c0, s0 = mono(), ticks(pid), ticks("self")
   run(n, function()
-    local t1, c1 = mono(), etcd_ticks()
-    print(("ticks=%d wall_us=%d n=%d"):format(c1 - c0, (t1 - t0) * 1e6, n))
+    local t1, c1, s1 = mono(), ticks(pid), ticks("self")
+    print(("ticks=%d wall_us=%d n=%d self_ticks=%d"):format(c1 - c0, (t1 - t0) * 1e6, n, s1 - s0))
   end, rate > 0)
 end)
