@@ -123,8 +123,9 @@ clean:
 #   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/core/http_parse.c)
 #                           fed in arbitrary splits: framing, chunked,
 #                           trailers, HEAD/204/304, read-to-close
-#   etcd  fuzz/etcd_fuzz.c  etcd gateway answers: error bodies, watch stream
-#                           lines, int64 fields, base64, endpoint lists
+#   etcd  fuzz/etcd_fuzz.c  etcd's answers above the transport: gRPC statuses,
+#                           Watch and LeaseKeepAlive responses (protobuf and
+#                           JSON), int64 fields, base64, endpoint lists
 #   json  fuzz/json_fuzz.c  NUL bytes in JSON text (runtime/core/jsonnul.c): the
 #                           passes baton.json.decode makes before cJSON
 # make fuzz-cron, fuzz-http, fuzz-etcd, fuzz-json run one. Each runs on its own corpus
@@ -136,11 +137,12 @@ FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
 FUZZ_TARGETS := cron http etcd json
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
-                -fno-sanitize-recover=undefined -Iruntime/core
+                -fno-sanitize-recover=undefined -Iruntime/core -I$(GEN)
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
 FUZZ_SRCS_http := runtime/core/http_parse.c
 FUZZ_SRCS_json := runtime/core/jsonnul.c runtime/core/err.c
-FUZZ_SRCS_etcd := runtime/core/etcd.c runtime/core/b64.c runtime/core/err.c runtime/core/fence.c \
+FUZZ_SRCS_etcd := runtime/core/etcd_pure.c runtime/core/b64.c runtime/core/err.c \
+                  runtime/core/etcdpb.c $(GEN)/etcd.pb-c.c \
                   runtime/core/http.c runtime/core/http_native.c runtime/core/http_curl.c \
                   runtime/core/http_parse.c
 
@@ -151,7 +153,7 @@ build/fuzz/$(1)_fuzz: fuzz/$(1)_fuzz.c $$(FUZZ_SRCS_$(1)) $$(wildcard runtime/co
 	@mkdir -p $$(dir $$@)
 	@echo "  FUZZ  $$@"
 	@$$(FUZZ_CC) $$(FUZZ_CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $$(FUZZ_SRCS_$(1)) \
-	  $$(shell pkg-config --libs libuv libcjson) -lm -ldl -lpthread
+	  $$(shell pkg-config --libs libuv libcjson libprotobuf-c) -lm -ldl -lpthread
 
 fuzz-$(1): packages build/fuzz/$(1)_fuzz
 	@mkdir -p build/fuzz/$(1)/corpus build/fuzz/$(1)/crashes fuzz/regressions/$(1)

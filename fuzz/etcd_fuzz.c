@@ -1,18 +1,24 @@
 /*
- * libFuzzer target for the C side of what etcd's JSON gateway answers:
- * how baton maps error bodies to BT_E* codes (bt_etcd_map_error), reads a
- * streamed watch response line by line (bt__etcd_watch_line), reads int64
- * fields (bt_etcd_int64), decodes base64 keys and values (b64.c, what
- * lua/baton/etcd.lua calls on every kv), and splits endpoint lists.
+ * libFuzzer target for the C side of what etcd's gRPC API answers, above
+ * the transport (grpc.c's framing has its own target): how baton maps a
+ * gRPC status and grpc-message to BT_E* codes (bt_etcd_map_status), reads
+ * a Watch stream's responses (bt__etcd_watch_res, on protobuf bytes
+ * decoded by etcdpb.c as etcd.c does, and on JSON directly), reads int64
+ * fields (bt_etcd_int64) of decoded answers, decodes base64 keys and
+ * values (b64.c, what lua/baton/etcd.lua calls on every kv), and splits
+ * endpoint lists.
  *
- * Input: two bytes of HTTP status (little-endian, modulo 600), then a body.
- * Every function sees the body. Checked, besides crashes, sanitizer reports
- * and leaks:
- *   - map_error returns one of its documented codes whatever the body and
- *     the message buffer's size, and always writes a NUL-terminated,
+ * Input: two bytes (little-endian) whose value modulo 20 is a gRPC
+ * status, then a body. Every function sees the body. Checked, besides
+ * crashes, sanitizer reports and leaks:
+ *   - map_status returns one of its documented codes whatever the status,
+ *     message and buffer size, and always writes a NUL-terminated,
  *     non-empty message that fits;
- *   - a watch line that parses has revisions in 0..INT64_MAX-1 (so the
- *     watch's revision + 1 cannot overflow) and non-empty events only;
+ *   - a watch response that reads has revisions in 0..INT64_MAX-1 (so the
+ *     watch's revision + 1 cannot overflow) and non-empty events only; a
+ *     decoded protobuf WatchResponse always reads (etcdpb.c writes int64
+ *     as decimal strings, events as an array);
+ *   - a decoded LeaseKeepAliveResponse has an ID and a TTL that read;
  *   - base64 round-trips: encode then decode gives the bytes back, and a
  *     decoded input re-encodes to something that decodes the same; decode
  *     never writes past n / 4 * 3 bytes;
@@ -26,6 +32,7 @@
 #include "b64.h"
 #include "err.h"
 #include "etcd_int.h"
+#include "etcdpb.h"
 #include "http.h"
 
 #include <stdint.h>
@@ -34,38 +41,44 @@
 
 #define CHECK(cond) do { if (!(cond)) abort(); } while (0)
 
-static void check_map_error(long status, const char *body, size_t len) {
+static void check_map_status(int status, const char *body, size_t len) {
   static const int codes[] = {
     BT_ECOMPACTED, BT_EFUTUREREV, BT_ENOLEASE, BT_ETOOLARGE, BT_ENOSPACE,
     BT_ENOLEADER, BT_EACCES, BT_EAUTH, BT_ETIMEDOUT, BT_EUNAVAIL, BT_EINVAL,
     BT_EPROTO, BT_EETCD,
   };
-  char msg[400], tiny[8];
-  int err = bt_etcd_map_error(status, body, len, msg, sizeof(msg)), known = 0;
+  char msg[400], tiny[8], *text = malloc(len + 1);
+  int err, known = 0;
+  CHECK(text);
+  memcpy(text, body, len);
+  text[len] = 0;                  /* grpc-message: cut at a NUL as a header is */
+  err = bt_etcd_map_status(status, text, msg, sizeof(msg));
   for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
     known |= err == codes[i];
   CHECK(known);
   CHECK(memchr(msg, 0, sizeof(msg)) && msg[0]);
   memset(tiny, 'x', sizeof(tiny));
-  CHECK(bt_etcd_map_error(status, body, len, tiny, sizeof(tiny)) == err);
+  CHECK(bt_etcd_map_status(status, text, tiny, sizeof(tiny)) == err);
   CHECK(memchr(tiny, 0, sizeof(tiny)) && !strncmp(tiny, msg, strlen(tiny)));
-  CHECK(bt_etcd_map_error(status, body, len, NULL, 0) == err);
+  CHECK(bt_etcd_map_status(status, text, NULL, 0) == err);
+  free(text);
 }
 
-static void check_watch_line(const char *p, size_t len) {
-  bt__watch_line_t l;
-  if (bt__etcd_watch_line(p, len, &l)) {
-    CHECK(l.json == NULL);
+/* Reads a decoded watch response; decoded says it came from etcdpb.c,
+ * which must always give a readable one. */
+static void check_watch_res(const cJSON *j, int decoded) {
+  bt__watch_res_t r;
+  if (bt__etcd_watch_res(j, &r)) {
+    CHECK(!decoded);
     return;
   }
-  CHECK(l.json && l.cancel_reason);
-  CHECK(l.revision >= 0 && l.revision < INT64_MAX);
-  CHECK(l.compact_revision >= 0 && l.compact_revision < INT64_MAX);
-  CHECK(l.last_mod >= 0 && l.last_mod < INT64_MAX);
-  CHECK(!l.events || (cJSON_IsArray(l.events) &&
-                      cJSON_GetArraySize(l.events) > 0));
-  CHECK(l.events || l.last_mod == 0);
-  cJSON_Delete(l.json);
+  CHECK(r.cancel_reason);
+  CHECK(r.revision >= 0 && r.revision < INT64_MAX);
+  CHECK(r.compact_revision >= 0 && r.compact_revision < INT64_MAX);
+  CHECK(r.last_mod >= 0 && r.last_mod < INT64_MAX);
+  CHECK(!r.events || (cJSON_IsArray(r.events) &&
+                      cJSON_GetArraySize(r.events) > 0));
+  CHECK(r.events || r.last_mod == 0);
 }
 
 /* Decodes a base64 string of n bytes into a buffer of exactly n / 4 * 3
@@ -121,6 +134,22 @@ static void walk(const cJSON *j, int depth) {
   }
 }
 
+/* 1 when a decoded response carries a revision etcd.c refuses (negative
+ * or INT64_MAX: compact_revision or the last event's mod_revision). */
+static int big_rev(const cJSON *j) {
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "events");
+  int64_t v = 0;
+  bt_etcd_int64(j, "compact_revision", &v);
+  if (v < 0 || v == INT64_MAX) return 1;
+  if (cJSON_GetArraySize(ev) > 0) {
+    const cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
+    v = 0;
+    bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(last, "kv"), "mod_revision", &v);
+    if (v < 0 || v == INT64_MAX) return 1;
+  }
+  return 0;
+}
+
 static void check_endpoints(const char *list) {
   char **eps, msg[300];
   int n;
@@ -142,27 +171,37 @@ static void check_endpoints(const char *list) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  long status;
+  const bt_etcdpb_method_t *watch = bt_etcdpb_method("/v3/watch");
+  const bt_etcdpb_method_t *keep = bt_etcdpb_method("/v3/lease/keepalive");
+  int status, err;
   const char *body;
-  size_t len, start = 0;
+  size_t len;
   char *str;
   cJSON *j;
 
   if (size < 2) return 0;
-  status = (long) ((data[0] | data[1] << 8) % 600);
+  status = (data[0] | data[1] << 8) % 20;
   body = (const char *) data + 2;
   len = size - 2;
 
-  check_map_error(status, body, len);
-  check_watch_line(body, len);
-  for (size_t i = 0; i <= len; i++)     /* a stream's lines, as on_watch_data */
-    if (i == len || body[i] == '\n') {
-      if (i > start && (start > 0 || i < len))
-        check_watch_line(body + start, i - start);
-      start = i + 1;
-    }
+  check_map_status(status, body, len);
+  if ((j = bt_etcdpb_decode(watch->res, data + 2, len, &err))) {
+    /* revisions beyond INT64_MAX - 1 are etcd's to send and ours to
+     * refuse: only the other invariants hold for any decoded bytes */
+    int64_t rev = 0;
+    bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(j, "header"), "revision", &rev);
+    check_watch_res(j, rev >= 0 && rev < INT64_MAX && !big_rev(j));
+    walk(j, 0);
+    cJSON_Delete(j);
+  }
+  if ((j = bt_etcdpb_decode(keep->res, data + 2, len, &err))) {
+    int64_t v;
+    CHECK(bt_etcd_int64(j, "ID", &v) == 0 && bt_etcd_int64(j, "TTL", &v) == 0);
+    cJSON_Delete(j);
+  }
   check_b64(data + 2, len);
   if ((j = cJSON_ParseWithLength(body, len))) {
+    check_watch_res(j, 0);
     walk(j, 0);
     cJSON_Delete(j);
   }

@@ -1,6 +1,6 @@
 /* Unit tests of the C core's pure parts: base64, int64 fields, the error
- * table, endpoint lists, the mapping of etcd's error bodies and the watch
- * stream's line parser. */
+ * table, endpoint lists, the mapping of gRPC statuses to codes and the
+ * Watch stream's response reader. */
 #include "tap.h"
 #include "b64.h"
 #include "err.h"
@@ -75,50 +75,62 @@ static void test_int64(void) {
   cJSON_Delete(j);
 }
 
-/* Parses s into *l, freeing the line parsed before (cancel_reason and
- * events point into it). */
-static int watch_line(const char *s, bt__watch_line_t *l) {
-  cJSON_Delete(l->json);
-  return bt__etcd_watch_line(s, strlen(s), l);
+/* Reads s (a decoded WatchResponse in the gateway's form) into *r; *j
+ * keeps the parsed JSON alive (cancel_reason and events point into it). */
+static int watch_res(const char *s, cJSON **j, bt__watch_res_t *r) {
+  cJSON_Delete(*j);
+  *j = cJSON_Parse(s);
+  return bt__etcd_watch_res(*j, r);
 }
 
-static void test_watch_line(void) {
-  bt__watch_line_t l = { 0 };
-  is_int(watch_line("{\"result\":{\"header\":{\"cluster_id\":\"14841639068965178418\","
-                    "\"member_id\":\"10276657743932975437\",\"revision\":\"12\","
-                    "\"raft_term\":\"2\"},\"created\":true}}", &l), 0, "created line");
-  ok(l.created && !l.canceled && l.revision == 12 && !l.events, "created at revision 12, no events");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"14\"},\"events\":["
-                    "{\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"13\"}},"
-                    "{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\",\"mod_revision\":\"14\"}}]}}",
-                    &l), 0, "events line");
-  ok(l.events && l.last_mod == 14 && l.revision == 14, "events, last mod_revision 14");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"20\"},\"events\":[]}}", &l), 0,
+static void test_watch_res(void) {
+  bt__watch_res_t r;
+  cJSON *j = NULL;
+  is_int(watch_res("{\"header\":{\"cluster_id\":\"14841639068965178418\","
+                   "\"member_id\":\"10276657743932975437\",\"revision\":\"12\","
+                   "\"raft_term\":\"2\"},\"watch_id\":\"7\",\"created\":true}", &j, &r),
+         0, "created response");
+  ok(r.created && !r.canceled && r.revision == 12 && !r.events && r.watch_id == 7,
+     "created at revision 12, watch 7, no events");
+  is_int(watch_res("{\"header\":{\"revision\":\"14\"},\"watch_id\":\"3\",\"events\":["
+                   "{\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"13\"}},"
+                   "{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\",\"mod_revision\":\"14\"}}]}",
+                   &j, &r), 0, "events response");
+  ok(r.events && r.last_mod == 14 && r.revision == 14 && r.watch_id == 3,
+     "events of watch 3, last mod_revision 14");
+  is_int(watch_res("{\"header\":{\"revision\":\"14\"},\"events\":["
+                   "{\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"13\"}}],\"fragment\":true}",
+                   &j, &r), 0, "a fragment");
+  ok(r.fragment && r.events && r.watch_id == 0, "fragment flag read (watch 0 is absent on the wire)");
+  is_int(watch_res("{\"header\":{\"revision\":\"20\"},\"watch_id\":\"2\"}", &j, &r), 0,
+         "progress notification");
+  ok(!r.events && r.revision == 20 && !r.created && !r.canceled, "no events: progress");
+  is_int(watch_res("{\"header\":{\"revision\":\"20\"},\"events\":[]}", &j, &r), 0,
          "empty events");
-  ok(!l.events && l.revision == 20, "an empty events array is a progress notification");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"30\"},\"canceled\":true,"
-                    "\"compact_revision\":\"25\"}}", &l), 0, "compacted line");
-  ok(l.canceled && l.compact_revision == 25 && !strcmp(l.cancel_reason, ""), "canceled, compact 25");
-  is_int(watch_line("{\"result\":{\"canceled\":true,\"cancel_reason\":"
-                    "\"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token\"}}",
-                    &l), 0, "auth cancel line");
-  ok(strstr(l.cancel_reason, "Unauthenticated") != NULL, "with its reason");
-  is_int(watch_line("{\"error\":{\"grpc_code\":14,\"message\":\"transport is closing\"}}", &l),
-         BT_EPROTO, "an error line drops the stream");
-  is_int(watch_line("{\"result\":", &l), BT_EPROTO, "truncated JSON drops the stream");
-  is_int(watch_line("{\"result\":[]}", &l), BT_EPROTO, "a result that is not an object");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"x\"},\"created\":true}}", &l), 0,
+  ok(!r.events, "an empty events array is no events");
+  is_int(watch_res("{\"watch_id\":\"4\",\"canceled\":true,\"compact_revision\":\"25\"}",
+                   &j, &r), 0, "compacted response");
+  ok(r.canceled && r.compact_revision == 25 && !strcmp(r.cancel_reason, ""), "canceled, compact 25");
+  is_int(watch_res("{\"watch_id\":\"-1\",\"created\":true,\"canceled\":true,\"cancel_reason\":"
+                   "\"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token\"}",
+                   &j, &r), 0, "a create refused for its token");
+  ok(r.watch_id == -1 && r.created && r.canceled && strstr(r.cancel_reason, "Unauthenticated"),
+     "watch -1, created and canceled, with its reason");
+  is_int(watch_res("[]", &j, &r), BT_EPROTO, "not an object drops the stream");
+  is_int(bt__etcd_watch_res(NULL, &r), BT_EPROTO, "no response drops the stream");
+  is_int(watch_res("{\"watch_id\":\"x\"}", &j, &r), BT_EPROTO, "a malformed watch_id");
+  is_int(watch_res("{\"events\":{}}", &j, &r), BT_EPROTO, "events not an array");
+  is_int(watch_res("{\"header\":{\"revision\":\"x\"},\"created\":true}", &j, &r), 0,
          "a malformed revision string");
-  is_int(l.revision, 0, "reads as 0, as before");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"9223372036854775807\"},"
-                    "\"created\":true}}", &l), BT_EPROTO,
+  is_int(r.revision, 0, "reads as 0, as before");
+  is_int(watch_res("{\"header\":{\"revision\":\"9223372036854775807\"},\"created\":true}",
+                   &j, &r), BT_EPROTO,
          "revision INT64_MAX drops the stream (next revision would overflow)");
-  is_int(watch_line("{\"result\":{\"events\":[{\"kv\":{\"mod_revision\":"
-                    "\"9223372036854775807\"}}]}}", &l), BT_EPROTO,
-         "mod_revision INT64_MAX drops the stream");
-  is_int(watch_line("{\"result\":{\"header\":{\"revision\":\"-3\"}}}", &l), BT_EPROTO,
+  is_int(watch_res("{\"events\":[{\"kv\":{\"mod_revision\":\"9223372036854775807\"}}]}",
+                   &j, &r), BT_EPROTO, "mod_revision INT64_MAX drops the stream");
+  is_int(watch_res("{\"header\":{\"revision\":\"-3\"}}", &j, &r), BT_EPROTO,
          "a negative revision drops the stream");
-  cJSON_Delete(l.json);
+  cJSON_Delete(j);
 }
 
 static void test_errors(void) {
@@ -162,42 +174,49 @@ static void test_endpoints(void) {
   is_str(msg, "no etcd endpoint given", "message for an empty list");
 }
 
-static void test_map_error(void) {
+static void test_map_status(void) {
   char msg[200];
-  const char *b;
-  b = "{\"error\":\"etcdserver: mvcc: required revision has been compacted\","
-      "\"message\":\"etcdserver: mvcc: required revision has been compacted\",\"code\":11}";
-  is_int(bt_etcd_map_error(400, b, strlen(b), msg, sizeof(msg)), BT_ECOMPACTED, "3.4 compacted");
+  is_int(bt_etcd_map_status(11, "etcdserver: mvcc: required revision has been compacted",
+                            msg, sizeof(msg)), BT_ECOMPACTED, "compacted");
   is_str(msg, "etcdserver: mvcc: required revision has been compacted", "etcd's text kept");
-  b = "{\"code\":5,\"message\":\"etcdserver: requested lease not found\",\"details\":[]}";
-  is_int(bt_etcd_map_error(404, b, strlen(b), msg, sizeof(msg)), BT_ENOLEASE, "3.6 shape, lease not found");
-  b = "{\"error\":{\"grpc_code\":14,\"http_code\":503,\"message\":\"transport is closing\","
-      "\"http_status\":\"Service Unavailable\"}}";
-  is_int(bt_etcd_map_error(200, b, strlen(b), msg, sizeof(msg)), BT_EUNAVAIL, "stream error line");
-  is_str(msg, "transport is closing", "stream error text");
-  b = "{\"error\":\"etcdserver: invalid auth token\",\"message\":\"etcdserver: invalid auth token\",\"code\":16}";
-  is_int(bt_etcd_map_error(401, b, strlen(b), msg, sizeof(msg)), BT_EAUTH, "invalid token");
-  b = "{\"error\":\"etcdserver: user name is empty\",\"code\":3}";
-  is_int(bt_etcd_map_error(400, b, strlen(b), msg, sizeof(msg)), BT_EAUTH, "no token while auth is on");
-  b = "{\"error\":\"etcdserver: no leader\",\"code\":14}";
-  is_int(bt_etcd_map_error(503, b, strlen(b), msg, sizeof(msg)), BT_ENOLEADER, "no leader");
-  b = "{\"error\":\"etcdserver: request is too large\",\"code\":3}";
-  is_int(bt_etcd_map_error(400, b, strlen(b), msg, sizeof(msg)), BT_ETOOLARGE, "too large");
-  b = "{\"error\":\"etcdserver: mvcc: database space exceeded\",\"code\":8}";
-  is_int(bt_etcd_map_error(429, b, strlen(b), msg, sizeof(msg)), BT_ENOSPACE, "space exceeded");
-  b = "{\"error\":\"etcdserver: permission denied\",\"code\":7}";
-  is_int(bt_etcd_map_error(403, b, strlen(b), msg, sizeof(msg)), BT_EACCES, "permission denied");
-  b = "<html>bad gateway</html>";
-  is_int(bt_etcd_map_error(502, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "non-JSON body");
-  is_str(msg, "http status 502", "status named when the body is not JSON");
-  is_int(bt_etcd_map_error(405, NULL, 0, msg, sizeof(msg)), BT_EETCD, "no body");
-  /* found by fuzz/etcd_fuzz.c: an empty text gave an empty message */
-  b = "{\"error\":\"\",\"code\":5}";
-  is_int(bt_etcd_map_error(404, b, strlen(b), msg, sizeof(msg)), BT_EETCD, "empty error text");
-  is_str(msg, "unexpected http status", "says something rather than nothing");
-  b = "{\"error\":{\"message\":\"\",\"grpc_code\":14}}";
-  is_int(bt_etcd_map_error(200, b, strlen(b), msg, sizeof(msg)), BT_EUNAVAIL, "empty stream error text");
-  is_str(msg, "unexpected http status", "a stream's empty error line says something too");
+  is_int(bt_etcd_map_status(11, "etcdserver: mvcc: required revision is a future revision",
+                            msg, sizeof(msg)), BT_EFUTUREREV, "future revision");
+  is_int(bt_etcd_map_status(5, "etcdserver: requested lease not found", msg, sizeof(msg)),
+         BT_ENOLEASE, "lease not found");
+  is_int(bt_etcd_map_status(14, "transport is closing", msg, sizeof(msg)), BT_EUNAVAIL,
+         "UNAVAILABLE");
+  is_int(bt_etcd_map_status(16, "etcdserver: invalid auth token", msg, sizeof(msg)), BT_EAUTH,
+         "invalid token");
+  is_int(bt_etcd_map_status(16, "", msg, sizeof(msg)), BT_EAUTH, "UNAUTHENTICATED without text");
+  is_int(bt_etcd_map_status(3, "etcdserver: user name is empty", msg, sizeof(msg)), BT_EAUTH,
+         "no token while auth is on");
+  is_int(bt_etcd_map_status(3, "etcdserver: authentication failed, invalid user ID or password",
+                            msg, sizeof(msg)), BT_EAUTH, "wrong password");
+  is_int(bt_etcd_map_status(14, "etcdserver: no leader", msg, sizeof(msg)), BT_ENOLEADER, "no leader");
+  is_int(bt_etcd_map_status(14, "etcdserver: leader changed", msg, sizeof(msg)), BT_ENOLEADER,
+         "leader changed");
+  is_int(bt_etcd_map_status(14, "etcdserver: request timed out", msg, sizeof(msg)), BT_ETIMEDOUT,
+         "request timed out");
+  is_int(bt_etcd_map_status(3, "etcdserver: request is too large", msg, sizeof(msg)), BT_ETOOLARGE,
+         "too large");
+  is_int(bt_etcd_map_status(8, "grpc: received message larger than max (600005 vs. 589824)",
+                            msg, sizeof(msg)), BT_ETOOLARGE, "over gRPC's own limit");
+  is_int(bt_etcd_map_status(3, "etcdserver: too many operations in txn request", msg, sizeof(msg)),
+         BT_ETOOLARGE, "too many operations");
+  is_int(bt_etcd_map_status(8, "etcdserver: mvcc: database space exceeded", msg, sizeof(msg)),
+         BT_ENOSPACE, "space exceeded");
+  is_int(bt_etcd_map_status(7, "etcdserver: permission denied", msg, sizeof(msg)), BT_EACCES,
+         "permission denied");
+  is_int(bt_etcd_map_status(4, "context deadline exceeded", msg, sizeof(msg)), BT_ETIMEDOUT,
+         "DEADLINE_EXCEEDED");
+  is_int(bt_etcd_map_status(3, "etcdserver: key is not provided", msg, sizeof(msg)), BT_EINVAL,
+         "INVALID_ARGUMENT");
+  is_int(bt_etcd_map_status(12, "unknown method Nope for service etcdserverpb.KV", msg, sizeof(msg)),
+         BT_EETCD, "anything else: EETCD");
+  is_str(msg, "unknown method Nope for service etcdserverpb.KV", "with etcd's text");
+  is_int(bt_etcd_map_status(9, NULL, msg, sizeof(msg)), BT_EETCD, "no message");
+  is_str(msg, "etcd error without a message", "says something rather than nothing");
+  is_int(bt_etcd_map_status(9, "x", NULL, 0), BT_EETCD, "no buffer for the message");
 }
 
 int main(void) {
@@ -205,7 +224,7 @@ int main(void) {
   test_int64();
   test_errors();
   test_endpoints();
-  test_map_error();
-  test_watch_line();
+  test_map_status();
+  test_watch_res();
   return tap_done();
 }
