@@ -6,9 +6,9 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl is compiled against (its header) but not linked: the HTTP
-# client's curl backend (runtime/core/http_curl.c) loads it with dlopen on
-# the first https:// request.
+# libcurl is compiled against (its header) but not linked: the HTTP client
+# (runtime/core/http.c) loads it with dlopen on a process's first request,
+# so that processes that make none do not pay for mapping it.
 PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
             libprotobuf-c
 PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
@@ -120,31 +120,25 @@ clean:
 # make fuzz: every libFuzzer target (clang -fsanitize=fuzzer with ASan +
 # UBSan), one after another, FUZZ_TIME seconds each (default 600):
 #   cron  fuzz/cron_fuzz.c  the cron parser and next-instant search
-#   http  fuzz/http_fuzz.c  the HTTP/1.1 response parser (runtime/core/http_parse.c)
-#                           fed in arbitrary splits: framing, chunked,
-#                           trailers, HEAD/204/304, read-to-close
 #   etcd  fuzz/etcd_fuzz.c  etcd's answers above the transport: gRPC statuses,
 #                           Watch and LeaseKeepAlive responses (protobuf and
 #                           JSON), int64 fields, base64, endpoint lists
 #   json  fuzz/json_fuzz.c  NUL bytes in JSON text (runtime/core/jsonnul.c): the
 #                           passes baton.json.decode makes before cJSON
-# make fuzz-cron, fuzz-http, fuzz-etcd, fuzz-json run one. Each runs on its own corpus
+# make fuzz-cron, fuzz-etcd, fuzz-json run one. Each runs on its own corpus
 # build/fuzz/<target>/corpus (kept, not committed), seeded from
 # fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to
 # fuzz/regressions/<target>/, which tests/c/test-<target>-fuzz.c replays
 # with the seeds on `make test` (commit them with the fix).
 FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := cron http etcd json
+FUZZ_TARGETS := cron etcd json
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime/core -I$(GEN)
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
-FUZZ_SRCS_http := runtime/core/http_parse.c
 FUZZ_SRCS_json := runtime/core/jsonnul.c runtime/core/err.c
 FUZZ_SRCS_etcd := runtime/core/etcd_pure.c runtime/core/b64.c runtime/core/err.c \
-                  runtime/core/etcdpb.c $(GEN)/etcd.pb-c.c \
-                  runtime/core/http.c runtime/core/http_native.c runtime/core/http_curl.c \
-                  runtime/core/http_parse.c
+                  runtime/core/etcdpb.c $(GEN)/etcd.pb-c.c runtime/core/http.c
 
 .PHONY: $(addprefix fuzz-,$(FUZZ_TARGETS))
 

@@ -5,7 +5,7 @@
 # dpkg-deb (files owned by root, no fakeroot needed):
 #   Depends     from dpkg-shlibdeps on the program (the libraries it links:
 #               libluajit-5.1-2, libuv1, libcjson1, ... with their versions)
-#   Recommends  libcurl4 (loaded with dlopen for https:// endpoints)
+#   Recommends  libcurl4 (loaded with dlopen on the first HTTP request)
 #   conffiles   /etc/default/baton
 #   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
 #               machine-readable format), in place of LICENSE, whose text

@@ -1,171 +1,637 @@
 /*
- * HTTP/1.1 client on a libuv loop: the front end.
+ * HTTP client on a libuv loop (http.h): http:// and https:// through
+ * libcurl's multi interface, with libcurl loaded by dlopen when a client
+ * makes its first request.
  *
- * It owns what callers see (http.h): the client, the request objects and
- * their life, and which URLs are taken. The work is a backend's
- * (http_backend.h), chosen by the URL's scheme: https:// goes to libcurl
- * (http_curl.c), anything else to baton's own HTTP/1.1 (http_native.c),
- * which refuses what is not http://. A backend's state for a client is
- * made on the first request for its scheme, so a process that never makes
- * an https request never loads libcurl.
+ * Why dlopen: linking libcurl makes every baton process map it and the 37
+ * libraries behind it (TLS, Kerberos, LDAP, ...) at exec, which costs ~7 ms
+ * of start-up and ~6 MiB of RSS, though most baton processes (`baton lock`,
+ * `baton job ls`, `baton eval` of most scripts) never make an HTTP request.
+ * So curl's header is used for its types and constants only, every curl
+ * function is called through the table `cu`, filled by dlsym, and
+ * bt_http_new loads nothing: the first bt_http_request does. The library is
+ * never unloaded: libcurl and its TLS libraries keep process-wide state and
+ * exit handlers that must not outlive their code. When it cannot be loaded,
+ * the client still takes requests and fails each on the next loop turn with
+ * BT_ENOTSUP and dlopen's reason (a bare code returned from bt_http_request
+ * would lose the reason).
  *
- * Requests hold a reference on their client until their backend gives them
- * back, so closing the client (or ending a request) from inside on_done is
- * safe: the client is freed once it is closed and its last request freed;
- * each backend frees its own state when its handles have closed.
+ * The shape is curl's multi-uv example: curl tells us which sockets to watch
+ * (on_socket) and when to wake it (on_timer_set); uv tells curl when a socket
+ * is ready or the timer fired; after every curl_multi_socket_action we drain
+ * curl_multi_info_read to finish the transfers that ended.
+ *
+ * curl forbids removing a handle from inside its own callbacks, so a cancel
+ * requested from a data callback only marks the request; the write callback
+ * then aborts the transfer and it finishes through the normal path.
+ *
+ * Requests hold a reference on their client until they are freed, and so
+ * does the client's timer until libuv has closed it, so closing the client
+ * (or ending a request) from inside on_done is safe: the client is freed
+ * once it is closed, its last request freed and its timer closed.
  */
-#include "http_backend.h"
+#include "http.h"
 #include "err.h"
 
 #include <ctype.h>
+#include <curl/curl.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-enum { BE_NATIVE, BE_CURL, NBACKENDS };
+#define MAX_BODY (512u << 20)   /* a buffered response body, or header block */
+#define ERRTEXT 256             /* a request's error text, NUL included */
+#define NEEDS_CURL "libcurl could not be loaded: "  /* load_error follows */
 
-static const bt__http_backend_t *const backends[NBACKENDS] = {
-  &bt__http_native, &bt__http_curl,
-};
+/* The curl functions used here: name without "curl_", return type, params. */
+#define CURL_FUNCS(XX)                                                        \
+  XX(global_init, CURLcode, (long))                                           \
+  XX(multi_init, CURLM *, (void))                                             \
+  XX(multi_setopt, CURLMcode, (CURLM *, CURLMoption, ...))                    \
+  XX(multi_cleanup, CURLMcode, (CURLM *))                                     \
+  XX(multi_add_handle, CURLMcode, (CURLM *, CURL *))                          \
+  XX(multi_remove_handle, CURLMcode, (CURLM *, CURL *))                       \
+  XX(multi_socket_action, CURLMcode, (CURLM *, curl_socket_t, int, int *))    \
+  XX(multi_info_read, CURLMsg *, (CURLM *, int *))                            \
+  XX(multi_assign, CURLMcode, (CURLM *, curl_socket_t, void *))               \
+  XX(easy_init, CURL *, (void))                                               \
+  XX(easy_setopt, CURLcode, (CURL *, CURLoption, ...))                        \
+  XX(easy_getinfo, CURLcode, (CURL *, CURLINFO, ...))                         \
+  XX(easy_reset, void, (CURL *))                                              \
+  XX(easy_cleanup, void, (CURL *))                                            \
+  XX(slist_append, struct curl_slist *, (struct curl_slist *, const char *))  \
+  XX(slist_free_all, void, (struct curl_slist *))
+
+static struct {
+#define XX(name, ret, params) ret (*name) params;
+  CURL_FUNCS(XX)
+#undef XX
+} cu;
+
+static int loaded;           /* 0 not tried, 1 loaded, -1 failed */
+static char load_error[256]; /* why it failed, kept for later callers */
+
+/* A growing byte buffer, always NUL-terminated once non-empty. */
+typedef struct {
+  char *p;
+  size_t len, cap;
+} buf_t;
+
+typedef struct bt_http_s client_t;
+typedef struct bt_http_req_s curl_req_t;
 
 struct bt_http_s {
   uv_loop_t *loop;
-  void *be[NBACKENDS];     /* each backend's state, made on first use */
+  CURLM *multi;            /* NULL when libcurl could not be loaded */
+  int opened;              /* the first request has loaded libcurl (or tried) */
+  uv_timer_t timer;        /* curl's timeouts; initialised with the client */
+  curl_req_t *reqs;        /* doubly linked list of requests in flight */
   int nreq;                /* requests started and not yet ended */
-  int refs;                /* 1 until closed, +1 per request not yet freed */
-  int closing;
+  int refs;                /* 1 until closed, +1 per request not yet freed,
+                              +1 for the timer until libuv has closed it */
+  int in_curl;             /* > 0 while inside curl_multi_socket_action */
+  int closing;             /* bt_http_close was called */
+  int closed;              /* ... and has done its work (close_now) */
+  CURL *pool[16];          /* reset easy handles kept for reuse */
+  struct sock_s *socks;    /* poll handles of curl's open sockets */
+  int npool;
 };
 
-static void client_unref(bt_http_t *h) {
-  if (--h->refs == 0) free(h);
-}
+struct bt_http_req_s {
+  client_t *c;
+  bt_http_data_cb on_data; /* NULL unless the request is a stream */
+  bt_http_done_cb on_done;
+  void *arg;
+  CURL *easy;              /* NULL when libcurl could not be loaded */
+  curl_req_t *prev, *next;
+  struct curl_slist *hdrs;
+  char *body;
+  buf_t resp;
+  buf_t head;              /* the response's header block */
+  int unsent;              /* bt_http_req_unsent's answer */
+  int tried;               /* curl got as far as sending it, once at least */
+  int cancel;              /* cancel requested */
+  int finishing;           /* finish() has started */
+  int due;                 /* without libcurl: fails on this timer turn */
+  char errtext[ERRTEXT];   /* curl's words on a failure (its ERRORBUFFER) */
+};
 
-/* ---- what backends call ---- */
+_Static_assert(ERRTEXT >= CURL_ERROR_SIZE, "errtext fits curl's text");
 
-void bt__http_req_done(bt_http_req_t *req, int err, long status,
-                       const char *body, size_t len) {
-  req->h->nreq--;
-  req->on_done(req, err, status, body, len, req->arg);
-}
-
-void bt__http_req_free(bt_http_req_t *req) {
-  bt_http_t *h = req->h;
-  free(req->head.p);
-  free(req);
-  client_unref(h);
-}
-
-/* ---- URLs ---- */
-
-int bt__http_url_parse(const char *url, bt__http_url_t *u) {
-  const char *p, *auth_end, *at = NULL, *hp, *he, *q;
-  long port;
-
-  memset(u, 0, sizeof(*u));
-  if (strncasecmp(url, "http://", 7) == 0) p = url + 7, port = 80;
-  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8, port = 443;
-  else return BT_EINVAL;
-  auth_end = p + strcspn(p, "/?#");
-  for (q = p; q < auth_end; q++)
-    if (*q == '@') at = q;
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t) (at - p));
-    u->user = p;
-    u->ulen = colon ? (size_t) (colon - p) : (size_t) (at - p);
-    if (colon) {
-      u->pass = colon + 1;
-      u->plen = (size_t) (at - colon - 1);
-    }
-    p = at + 1;
+/* Appends n bytes to b unless that makes it longer than max. Returns 0, or
+ * -1 (too long, or out of memory). */
+static int buf_add(buf_t *b, const char *p, size_t n, size_t max) {
+  if (b->len + n > max) return -1;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 1024;
+    char *np;
+    while (cap < b->len + n + 1) cap *= 2;
+    np = realloc(b->p, cap);
+    if (!np) return -1;
+    b->p = np;
+    b->cap = cap;
   }
-  u->hostport = p;
-  u->hplen = (size_t) (auth_end - p);
-  if (*p == '[') {
-    he = memchr(p, ']', (size_t) (auth_end - p));
-    if (!he) return BT_EINVAL;
-    u->host = p + 1;
-    u->hlen = (size_t) (he - p - 1);
-    hp = he + 1;
-  } else {
-    he = memchr(p, ':', (size_t) (auth_end - p));
-    if (!he) he = auth_end;
-    u->host = p;
-    u->hlen = (size_t) (he - p);
-    hp = he;
-  }
-  if (u->hlen == 0 || u->hlen > 255) return BT_EINVAL;
-  if (hp < auth_end) {
-    if (*hp != ':') return BT_EINVAL;
-    if (hp + 1 < auth_end) {
-      port = 0;
-      for (q = hp + 1; q < auth_end; q++) {
-        if (!isdigit((unsigned char) *q) || port > 65535) return BT_EINVAL;
-        port = port * 10 + (*q - '0');
-      }
-      if (port < 1 || port > 65535) return BT_EINVAL;
-    }
-  }
-  snprintf(u->port, sizeof(u->port), "%ld", port);
-  u->path = auth_end;
-  u->pathlen = strcspn(auth_end, "#");
-  for (q = url; *q; q++)
-    if ((unsigned char) *q <= ' ' || *q == 0x7f) return BT_EINVAL;
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+  b->p[b->len] = '\0';
   return 0;
 }
 
-/* ---- the public face ---- */
+static void client_unref(client_t *c) {
+  if (--c->refs == 0) free(c);
+}
+
+typedef struct sock_s {
+  uv_poll_t poll;
+  curl_socket_t fd;
+  client_t *c;
+  struct sock_s *next;
+} sock_t;
+
+/* Loads libcurl and fills cu, once per process. Returns 0, or -1 with the
+ * reason in load_error (the same reason for every later call). */
+static int load_curl(void) {
+  void *lib;
+  const char *missing = NULL;
+
+  if (loaded) return loaded > 0 ? 0 : -1;
+  lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    /* Report the soname's failure: the fallback is for odd installs only. */
+    const char *e = dlerror();
+    snprintf(load_error, sizeof(load_error), "%s", e ? e : "dlopen failed");
+    lib = dlopen("libcurl.so", RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!lib) {
+    loaded = -1;
+    return -1;
+  }
+#define XX(name, ret, params)                                                 \
+  if (!missing) {                                                             \
+    cu.name = (ret(*) params) dlsym(lib, "curl_" #name);                      \
+    if (!cu.name) missing = "curl_" #name;                                    \
+  }
+  CURL_FUNCS(XX)
+#undef XX
+  if (missing) {
+    snprintf(load_error, sizeof(load_error), "libcurl has no %s", missing);
+    loaded = -1;
+    return -1;
+  }
+  /* Once per process, never undone: like the library, its global state
+   * (TLS) stays for the life of the process. */
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(load_error, sizeof(load_error), "curl_global_init failed");
+    loaded = -1;
+    return -1;
+  }
+  loaded = 1;
+  return 0;
+}
+
+/* Maps a finished transfer's curl code to a BT_E* code. */
+static int map_curl(CURLcode code) {
+  switch (code) {
+  case CURLE_OK: return 0;
+  case CURLE_COULDNT_CONNECT: return BT_ECONNREFUSED;
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_RESOLVE_PROXY: return BT_EAI_NONAME;
+  case CURLE_OPERATION_TIMEDOUT: return BT_ETIMEDOUT;
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_ISSUER_ERROR: return BT_ETLS;
+  case CURLE_SEND_ERROR:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_PARTIAL_FILE: return BT_ECONNRESET;
+  case CURLE_OUT_OF_MEMORY: return BT_ENOMEM;
+  case CURLE_WRITE_ERROR: return BT_ETOOLARGE; /* body over MAX_BODY */
+  case CURLE_WEIRD_SERVER_REPLY:
+  case CURLE_BAD_CONTENT_ENCODING: return BT_EPROTO;
+  case CURLE_URL_MALFORMAT:
+  case CURLE_UNSUPPORTED_PROTOCOL: return BT_EINVAL;
+  default: return BT_EIO;
+  }
+}
+
+/* Ends req: removes it from curl and the list, reports its end once
+ * (on_done), frees it. */
+static void finish(curl_req_t *req, int err) {
+  client_t *c = req->c;
+  long status = 0;
+
+  req->finishing = 1;
+  if (req->easy) {
+    if (!err)
+      cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    /* Unsent only if no attempt ever got as far as sending: curl resends
+     * a request whose reused connection was found closed, and that retry
+     * failing to connect does not unsend the first try. */
+    if (err && err != BT_ECANCELED && !req->tried) req->unsent = 1;
+    cu.multi_remove_handle(c->multi, req->easy);
+  }
+  if (req->prev) req->prev->next = req->next;
+  else c->reqs = req->next;
+  if (req->next) req->next->prev = req->prev;
+
+  /* A stream's 2xx body went to on_data; any other answer is kept whole. */
+  c->nreq--;
+  req->on_done(req, err, status,
+               req->on_data && status >= 200 && status < 300
+                   ? NULL : (req->resp.p ? req->resp.p : ""),
+               req->resp.len, req->arg);
+
+  if (req->easy) {
+    /* Reusing a reset easy handle saves its setup on every request. */
+    if (c->npool < (int) (sizeof(c->pool) / sizeof(c->pool[0])) &&
+        !c->closing) {
+      cu.easy_reset(req->easy);
+      c->pool[c->npool++] = req->easy;
+    } else {
+      cu.easy_cleanup(req->easy);
+    }
+    cu.slist_free_all(req->hdrs);
+  }
+  free(req->body);
+  free(req->resp.p);
+  free(req->head.p);
+  free(req);
+  client_unref(c);
+}
+
+/* Without libcurl: fails the requests started before this timer turn (not
+ * those their on_done starts: they fail on the next one). */
+static void fail_unloaded(client_t *c) {
+  curl_req_t *req;
+  for (req = c->reqs; req; req = req->next) req->due = 1;
+  for (;;) {
+    for (req = c->reqs; req && !req->due; req = req->next) {}
+    if (!req) break;
+    finish(req, BT_ENOTSUP);
+  }
+}
+
+static void check_multi_info(client_t *c) {
+  CURLMsg *msg;
+  int pending;
+  curl_req_t *req;
+
+  /* An on_done may close the client: no multi handle after that. */
+  while (c->multi && (msg = cu.multi_info_read(c->multi, &pending))) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+    {
+      CURLcode code = msg->data.result;
+      int err = req->cancel ? BT_ECANCELED : map_curl(code);
+      /* After a connection: not a URL of another scheme but an answer that
+       * is not HTTP/1.x ("Received HTTP/0.9 when not allowed"). */
+      if (err == BT_EINVAL && code == CURLE_UNSUPPORTED_PROTOCOL && req->tried)
+        err = BT_EPROTO;
+      /* msg is invalid after remove_handle, so nothing of it is used below */
+      finish(req, err);
+    }
+  }
+  /* Cancels requested from inside curl callbacks of other transfers; from
+   * the list's head each time, as an on_done may end other requests. */
+  while (!c->in_curl) {
+    for (req = c->reqs; req && !req->cancel; req = req->next) {}
+    if (!req) break;
+    finish(req, BT_ECANCELED);
+  }
+}
+
+static void close_now(client_t *c);
+
+static void socket_action(client_t *c, curl_socket_t fd, int flags) {
+  int running;
+  c->in_curl++;
+  cu.multi_socket_action(c->multi, fd, flags, &running);
+  c->in_curl--;
+  check_multi_info(c);
+  /* A close asked for from inside one of curl's callbacks (a stream's
+   * on_data) waited for curl to return. */
+  if (c->closing && !c->closed) close_now(c);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+  sock_t *sk = p->data;
+  int flags = 0;
+  if (status < 0) flags = CURL_CSELECT_ERR;
+  else {
+    if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+    if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  }
+  socket_action(sk->c, sk->fd, flags);
+}
+
+static void on_timer(uv_timer_t *t) {
+  client_t *c = t->data;
+  if (!c->multi) fail_unloaded(c);
+  else socket_action(c, CURL_SOCKET_TIMEOUT, 0);
+}
+
+static void on_sock_close(uv_handle_t *hd) {
+  free(hd->data);
+}
+
+/* The poll handle of fd, if one is kept (a kept-alive connection's handle
+ * outlives its transfers: stopping a poll is cheaper than closing it and
+ * making a new one, which costs epoll and ioctl calls per request). */
+static sock_t *sock_find(client_t *c, curl_socket_t fd) {
+  sock_t *sk;
+  for (sk = c->socks; sk; sk = sk->next)
+    if (sk->fd == fd) return sk;
+  return NULL;
+}
+
+static void sock_drop(sock_t *sk) {
+  client_t *c = sk->c;
+  sock_t **pp = &c->socks;
+  while (*pp && *pp != sk) pp = &(*pp)->next;
+  if (*pp) *pp = sk->next;
+  uv_close((uv_handle_t *) &sk->poll, on_sock_close);
+}
+
+/* curl closes its sockets through here, so that the poll handle is closed
+ * (and libuv stops watching the fd) before the fd is, never after. */
+static int on_close_socket(void *userp, curl_socket_t fd) {
+  client_t *c = userp;
+  sock_t *sk = sock_find(c, fd);
+  if (sk) sock_drop(sk);
+  return close(fd);
+}
+
+/* curl's socket callback: start, change or stop watching fd. */
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp,
+                     void *socketp) {
+  client_t *c = userp;
+  sock_t *sk = socketp;
+  int events = 0;
+
+  if (!sk) sk = sock_find(c, fd);
+  if (what == CURL_POLL_REMOVE) {
+    if (sk) uv_poll_stop(&sk->poll);
+    return 0;
+  }
+  if (!sk) {
+    sk = calloc(1, sizeof(*sk));
+    if (!sk) return -1;
+    sk->fd = fd;
+    sk->c = c;
+    if (uv_poll_init_socket(c->loop, &sk->poll, fd)) {
+      free(sk);
+      return -1;
+    }
+    sk->poll.data = sk;
+    sk->next = c->socks;
+    c->socks = sk;
+  }
+  cu.multi_assign(c->multi, fd, sk);
+  if (what & CURL_POLL_IN) events |= UV_READABLE;
+  if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
+  uv_poll_start(&sk->poll, events, on_poll);
+  return 0;
+}
+
+/* curl's timer callback: wake curl after ms; -1 stops. 0 means "as soon as
+ * possible but not from inside this callback": a 0 ms uv timer fires on the
+ * loop's next turn, never synchronously. (Rounding it up to 1 ms, as some
+ * examples do, adds a millisecond to every request.) */
+static int on_timer_set(CURLM *m, long ms, void *userp) {
+  client_t *c = userp;
+  if (ms < 0) uv_timer_stop(&c->timer);
+  else uv_timer_start(&c->timer, on_timer, (uint64_t) ms, 0);
+  return 0;
+}
+
+static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
+  curl_req_t *req = ud;
+  size_t len = sz * n;
+  long status = 0;
+  if (req->cancel) return 0;
+  if (req->on_data) {
+    cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    /* An error status streams an error body: keep it whole for on_done. */
+    if (status >= 200 && status < 300) {
+      req->on_data(req, p, len, req->arg);
+      return req->cancel ? 0 : len;
+    }
+  }
+  return buf_add(&req->resp, p, len, MAX_BODY) ? 0 : len;
+}
+
+/* curl is about to send the request on a connection it has (TLS done). */
+static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
+                     int conn_primary_port, int conn_local_port) {
+  curl_req_t *req = ud;
+  req->tried = 1;
+  return CURL_PREREQFUNC_OK;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
+  curl_req_t *req = ud;
+  size_t len = sz * n;
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) req->head.len = 0;
+  return buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
+}
+
+/* On the client's first request: loads libcurl if this is the process's
+ * first request, and makes the multi handle. Without libcurl the client
+ * goes on without one, to fail its requests with the reason. Returns 0, or
+ * BT_ENOMEM (tried again on the next request). */
+static int client_open(client_t *c) {
+  if (load_curl() == 0) {
+    c->multi = cu.multi_init();
+    if (!c->multi) return BT_ENOMEM;
+    cu.multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    cu.multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    cu.multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer_set);
+    cu.multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    cu.multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 64L);
+    /* A burst of requests queues in curl beyond this many connections to
+     * one endpoint instead of opening a socket (and buffers) per request.
+     * Streams (watches) hold a connection each, so the bound is generous. */
+    cu.multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 256L);
+  }
+  c->opened = 1;
+  return 0;
+}
+
+static void on_timer_close(uv_handle_t *hd) {
+  client_unref(hd->data);
+}
 
 bt_http_t *bt_http_new(uv_loop_t *loop) {
-  bt_http_t *h = calloc(1, sizeof(*h));
-  if (!h) return NULL;
-  h->loop = loop;
-  h->refs = 1;
-  return h;
+  client_t *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->loop = loop;
+  c->refs = 2;  /* open, and the timer */
+  uv_timer_init(loop, &c->timer);
+  c->timer.data = c;
+  return c;
 }
 
-void bt_http_close(bt_http_t *h) {
-  int i;
-  if (!h || h->closing) return;
-  h->closing = 1;
-  for (i = 0; i < NBACKENDS; i++) {
-    void *state = h->be[i];
-    h->be[i] = NULL;
-    if (state) backends[i]->close(state);
+/* Ends every request, closes the handles, drops the client's "open"
+ * reference. Never from inside curl. */
+static void close_now(client_t *c) {
+  c->closed = 1;
+  while (c->reqs) finish(c->reqs, BT_ECANCELED);
+  while (c->npool) cu.easy_cleanup(c->pool[--c->npool]);
+  /* curl_multi_cleanup closes cached connections: REMOVE callbacks close
+   * their polls before the loop runs again. */
+  if (c->multi) cu.multi_cleanup(c->multi);
+  c->multi = NULL;
+  while (c->socks) sock_drop(c->socks); /* sockets curl did not close */
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *) &c->timer, on_timer_close);
+  client_unref(c);
+}
+
+void bt_http_close(bt_http_t *c) {
+  curl_req_t *req;
+  if (!c || c->closing) return;
+  c->closing = 1;
+  if (c->in_curl) {
+    /* Inside a curl callback (a stream's on_data), where curl forbids
+     * removing handles: every request is marked, the one in its callback
+     * ends once that returns (on_write aborts it), and socket_action
+     * closes the rest when curl has returned. */
+    for (req = c->reqs; req; req = req->next) req->cancel = 1;
+    return;
   }
-  client_unref(h);
+  close_now(c);
 }
 
-int bt_http_request(bt_http_t *h, const bt_http_opts_t *o,
+static void link_req(client_t *c, curl_req_t *req) {
+  req->next = c->reqs;
+  if (c->reqs) c->reqs->prev = req;
+  c->reqs = req;
+}
+
+/* Sets req up as o says and hands it to curl. Returns 0, or a BT_E* code
+ * with nothing kept (the caller frees req). */
+static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
+  CURL *e;
+  const char *method = o->method;
+  int i;
+
+  if (!c->multi) {
+    req->unsent = 1;
+    snprintf(req->errtext, sizeof(req->errtext), "%s%.*s",
+             NEEDS_CURL, (int) (sizeof(req->errtext) - sizeof(NEEDS_CURL)),
+             load_error);
+    link_req(c, req);
+    uv_timer_start(&c->timer, on_timer, 0, 0);
+    return 0;
+  }
+  e = c->npool ? c->pool[--c->npool] : cu.easy_init();
+  if (!e) return BT_ENOMEM;
+  req->easy = e;
+
+  cu.easy_setopt(e, CURLOPT_URL, o->url);
+  cu.easy_setopt(e, CURLOPT_PRIVATE, (char *) req);
+  cu.easy_setopt(e, CURLOPT_ERRORBUFFER, req->errtext);
+  cu.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  /* No proxy (as baton.http has always been): it spares curl reading the
+   * proxy variables of the environment on every request. */
+  cu.easy_setopt(e, CURLOPT_PROXY, "");
+  cu.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  cu.easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  cu.easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);
+  cu.easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+  cu.easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  cu.easy_setopt(e, CURLOPT_WRITEDATA, req);
+  cu.easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  cu.easy_setopt(e, CURLOPT_HEADERDATA, req);
+  cu.easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+  cu.easy_setopt(e, CURLOPT_PREREQDATA, req);
+  cu.easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  cu.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  cu.easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 10L);
+  cu.easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L);
+  cu.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                 o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000L);
+  if (o->timeout_ms > 0) cu.easy_setopt(e, CURLOPT_TIMEOUT_MS, o->timeout_ms);
+  if (o->low_speed_secs > 0) {
+    cu.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    cu.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, o->low_speed_secs);
+  }
+  if (o->cacert) cu.easy_setopt(e, CURLOPT_CAINFO, o->cacert);
+  if (o->cert) cu.easy_setopt(e, CURLOPT_SSLCERT, o->cert);
+  if (o->key) cu.easy_setopt(e, CURLOPT_SSLKEY, o->key);
+  if (o->insecure) {
+    cu.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+    cu.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (o->body) {
+    req->body = malloc(o->body_len ? o->body_len : 1);
+    if (!req->body) goto nomem;
+    memcpy(req->body, o->body, o->body_len);
+    cu.easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
+    cu.easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) o->body_len);
+    if (!method) method = "POST";
+  }
+  if (method && strcmp(method, o->body ? "POST" : "GET") != 0) {
+    if (strcmp(method, "HEAD") == 0) cu.easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else cu.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+  }
+  /* No "Expect: 100-continue" round trip for large bodies. */
+  req->hdrs = cu.slist_append(NULL, "Expect:");
+  if (!req->hdrs) goto nomem;
+  for (i = 0; o->headers && o->headers[i]; i++) {
+    struct curl_slist *n = cu.slist_append(req->hdrs, o->headers[i]);
+    if (!n) goto nomem;
+    req->hdrs = n;
+  }
+  cu.easy_setopt(e, CURLOPT_HTTPHEADER, req->hdrs);
+
+  if (cu.multi_add_handle(c->multi, e) != CURLM_OK) goto nomem;
+  link_req(c, req);
+  return 0;
+
+nomem:
+  cu.easy_cleanup(e);
+  cu.slist_free_all(req->hdrs);
+  req->hdrs = NULL;
+  free(req->body);
+  req->body = NULL;
+  return BT_ENOMEM;
+}
+
+int bt_http_request(bt_http_t *c, const bt_http_opts_t *o,
                     bt_http_req_t **out) {
-  const bt__http_backend_t *be;
-  bt_http_req_t *req;
-  int i, err;
+  curl_req_t *req;
+  int err;
 
   if (!o->url || !o->on_done) return BT_EINVAL;
-  if (h->closing) return BT_ECLOSED;
-  i = strncasecmp(o->url, "https://", 8) == 0 ? BE_CURL : BE_NATIVE;
-  be = backends[i];
-  if (!h->be[i] && !(h->be[i] = be->open(h->loop))) return BT_ENOMEM;
-  req = calloc(1, be->req_size);
+  if (c->closing) return BT_ECLOSED;
+  if (!c->opened && (err = client_open(c))) return err;
+  req = calloc(1, sizeof(*req));
   if (!req) return BT_ENOMEM;
-  req->be = be;
-  req->h = h;
+  req->c = c;
   req->on_data = o->on_data;
   req->on_done = o->on_done;
   req->arg = o->arg;
-  if ((err = be->start(h->be[i], req, o))) {
+  if ((err = start(c, req, o))) {
     free(req);
     return err;
   }
-  h->nreq++;
-  h->refs++;
+  c->nreq++;
+  c->refs++;
   if (out) *out = req;
   return 0;
 }
 
 void bt_http_cancel(bt_http_req_t *req) {
-  req->be->cancel(req);
+  if (req->cancel || req->finishing) return;
+  req->cancel = 1;
+  if (!req->c->in_curl) finish(req, BT_ECANCELED);
 }
 
 int bt_http_req_unsent(const bt_http_req_t *req) {
@@ -181,11 +647,46 @@ const char *bt_http_req_errtext(const bt_http_req_t *req) {
   return req->errtext;
 }
 
+/* Judged here rather than by curl: etcd's endpoint list is checked before
+ * any request is made, without loading libcurl. */
 int bt_http_url_ok(const char *url) {
-  bt__http_url_t u;
-  return bt__http_url_parse(url, &u) == 0;
+  const char *p, *auth_end, *at = NULL, *he, *hp, *q;
+  long port;
+
+  if (strncasecmp(url, "http://", 7) == 0) p = url + 7;
+  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8;
+  else return 0;
+  for (q = url; *q; q++)
+    if ((unsigned char) *q <= ' ' || *q == 0x7f) return 0;
+  auth_end = p + strcspn(p, "/?#");
+  for (q = p; q < auth_end; q++)
+    if (*q == '@') at = q;
+  if (at) p = at + 1;
+  if (*p == '[') {
+    he = memchr(p, ']', (size_t) (auth_end - p));
+    if (!he || he == p + 1) return 0;
+    if (he - p - 1 > 255) return 0;
+    hp = he + 1;
+  } else {
+    he = memchr(p, ':', (size_t) (auth_end - p));
+    if (!he) he = auth_end;
+    if (he == p || he - p > 255) return 0;
+    hp = he;
+  }
+  if (hp < auth_end) {
+    if (*hp != ':') return 0;
+    if (hp + 1 < auth_end) {
+      port = 0;
+      for (q = hp + 1; q < auth_end; q++) {
+        if (!isdigit((unsigned char) *q) || port > 65535) return 0;
+        port = port * 10 + (*q - '0');
+      }
+      if (port < 1 || port > 65535) return 0;
+    }
+  }
+  return 1;
 }
 
-int bt_http_active(const bt_http_t *h) {
-  return h->nreq;
+int bt_http_active(const bt_http_t *c) {
+  return c->nreq;
 }

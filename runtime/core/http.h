@@ -1,9 +1,8 @@
 /*
- * HTTP/1.1 client on a libuv loop: http:// spoken by baton itself
- * (http_native.c), https:// by libcurl loaded on first use (http_curl.c),
- * both behind this one API (http.c; how they fit is http_backend.h).
- * Connections are kept alive and reused across requests of one bt_http_t.
- * Every request has a timeout and can be cancelled.
+ * HTTP/1.1 client on a libuv loop: http:// and https:// through libcurl,
+ * loaded on a process's first request (http.c says why). Connections are
+ * kept alive and reused across requests of one bt_http_t. Every request has
+ * a timeout and can be cancelled.
  */
 #ifndef BATON_HTTP_H
 #define BATON_HTTP_H
@@ -66,8 +65,8 @@ int bt_http_req_unsent(const bt_http_req_t *req);
 /** The response's header block ("Name: value\r\n" lines), valid in on_done. */
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
 
-/** The client's own words on the failure ("Empty reply from server", curl's
- * text for https), valid in on_done ("" if none). */
+/** curl's words on the failure ("Empty reply from server"), valid in
+ * on_done ("" if none). */
 const char *bt_http_req_errtext(const bt_http_req_t *req);
 
 /** True when url is an http:// or https:// URL this client can request:

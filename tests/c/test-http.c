@@ -4,11 +4,12 @@
  * request and answer by the scenario's script (bytes in pieces, delays,
  * closes, silence), so no etcd and no other process is needed.
  *
- * They probe what a hand-written HTTP/1.1 client gets wrong: framing
- * (Content-Length, chunked with extensions and trailers, close-delimited,
- * bodiless HEAD/204/304, 1xx interim responses), responses split at every
- * byte, connection reuse and its failures, streaming, timeouts, malformed
- * responses, and cancel and close from inside callbacks. About 6 s.
+ * They probe what an HTTP/1.1 client can get wrong, and what baton asks of
+ * libcurl, which speaks HTTP for it: framing (Content-Length, chunked with
+ * extensions and trailers, close-delimited, bodiless HEAD/204/304, 1xx
+ * interim responses), responses split at every byte, connection reuse and
+ * its failures, streaming, timeouts, malformed responses, and cancel and
+ * close from inside callbacks. About 6 s.
  */
 #define _GNU_SOURCE
 #include "http.h"
@@ -1411,6 +1412,18 @@ static void test_errors(uv_loop_t *loop) {
   res_free(&r);
   free(huge);
 
+  /* an answer that is not HTTP: EPROTO with the reason, as documented for
+   * baton.http (docs/lua-api.md), not EINVAL (curl calls it an unsupported
+   * protocol, HTTP/0.9) */
+  s = srv_new(loop);
+  srv_script(s, 0, "garbage here\r\n\r\n", 16);
+  o = opts(&r, mkurl(s, "/garbage"));
+  fetch(loop, h, &o, &r);
+  if (!ok(r.done == 1 && r.err == BT_EPROTO, "errors: not an HTTP answer -> "
+          "BT_EPROTO")) diag(&r);
+  ok(r.errtext[0] != 0, "errors: ... with a reason (%s)", r.errtext);
+  res_free(&r);
+
   /* unknown host */
   o = opts(&r, "http://no-such-host.invalid/");
   fetch(loop, h, &o, &r);
@@ -1601,9 +1614,9 @@ static void test_https(uv_loop_t *loop) {
   res_free(&r);
 }
 
-/* ---- 16. both backends in one client ------------------------------ */
+/* ---- 16. http and https in one client ----------------------------- */
 
-static void test_two_backends(uv_loop_t *loop) {
+static void test_two_schemes(uv_loop_t *loop) {
   srv_t *s = srv_new(loop);
   bt_http_t *h = bt_http_new(loop);
   res_t plain = {0}, tls = {0};
@@ -1620,12 +1633,12 @@ static void test_two_backends(uv_loop_t *loop) {
   o.insecure = 1;
   start(h, &o, &tls);
   wait_for(loop, &s->accepts, 2, 3000);
-  is_int(bt_http_active(h), 2, "two backends: http and https counted");
+  is_int(bt_http_active(h), 2, "two schemes: http and https counted");
   bt_http_close(h);
   ok(plain.done == 1 && plain.err == BT_ECANCELED &&
      tls.done == 1 && tls.err == BT_ECANCELED,
-     "two backends: close cancels both (%d %d)", plain.err, tls.err);
-  finish(loop, NULL, "two backends");
+     "two schemes: close cancels both (%d %d)", plain.err, tls.err);
+  finish(loop, NULL, "two schemes");
   res_free(&plain);
   res_free(&tls);
 
@@ -1702,7 +1715,7 @@ int main(void) {
   test_close_inflight(&loop);
   test_names(&loop);
   test_https(&loop);
-  test_two_backends(&loop);
+  test_two_schemes(&loop);
   is_int(twice, 0, "no on_done ran twice");
   uv_close((uv_handle_t *) &watchdog, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);

@@ -32,11 +32,4 @@ done
 ok $? "each binding file opens at most one Lua module"
 [ -z "$bad" ] || diag "$bad"
 
-# The backends of the HTTP client do not know each other: neither includes
-# the other's header or calls the other's functions.
-bad=$(grep -lE 'bt__http_curl\b|curl/curl.h|http_curl.h' runtime/core/http_native.c 2>/dev/null;
-      grep -lE 'bt__http_native\b' runtime/core/http_curl.c 2>/dev/null)
-[ -f runtime/core/http_native.c ] && [ -z "$bad" ]
-ok $? "the HTTP client's native and libcurl backends are apart (one interface, runtime/core/http_backend.h)"
-
 echo "1..$n"
