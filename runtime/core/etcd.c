@@ -254,11 +254,12 @@ static bt_grpc_conn_t *conn_get(bt_etcd_t *c, int ep, int *err, char *msg,
   o.key = c->key;
   o.connect_timeout_ms = c->connect_timeout_ms;
   /* A PING after 5.5 s without a frame finds a frozen member (no answer
-   * within the connect timeout, at least 1 s) while a stream waits on it;
-   * etcd counts PINGs less than 5 s apart as abuse (too_many_pings). Lease
-   * renewals have their own, shorter, answer deadline (keep_margin). */
+   * within twice the connect timeout, at least 2 s: a loop kept busy by Lua
+   * for a moment must not drop a live connection) while a stream waits on
+   * it; etcd counts PINGs less than 5 s apart as abuse (too_many_pings).
+   * Lease renewals have their own, shorter, answer deadline (keep_margin). */
   o.ping_interval_ms = 5500;
-  o.ping_timeout_ms = c->connect_timeout_ms < 1000 ? 1000 : c->connect_timeout_ms;
+  o.ping_timeout_ms = c->connect_timeout_ms < 1000 ? 2000 : 2 * c->connect_timeout_ms;
   text[0] = '\0';
   cn->g = bt_grpc_connect(c->loop, &o, on_conn_event, cn, err, text, sizeof(text));
   if (!cn->g) {
