@@ -93,7 +93,8 @@ static void range(const char *url, const char *ca, const char *cert, const char 
   if (bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 10000, &cbs, call, &s) == 0)
     bt_grpc_send(s, req, sizeof(req), 1);
   run_until(&call->closed, 1, 15000);
-  bt_grpc_close(c);
+  run_until(&r->closed, 1, 100);   /* a failed connection's CLOSED follows */
+  if (!r->closed) bt_grpc_close(c); /* (after CLOSED, c is gone) */
   run_until(&r->closed, 1, 5000);
 }
 

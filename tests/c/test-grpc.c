@@ -445,7 +445,7 @@ static void test_watch_events(bt_grpc_conn_t *c) {
   run_until(&w.nmsg, 1, 5000);
   is_int(pb_varint(w.last, w.last_len, 3), 1, "Watch: created");
   for (i = 0; i < 3; i++) {
-    char v[8];
+    char v[16];
     snprintf(v, sizeof(v), "e%d", i);
     n = pb_kv(buf, key, v);
     unary(c, "/etcdserverpb.KV/Put", buf, n, 5000, &put);
