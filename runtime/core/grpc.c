@@ -1022,6 +1022,20 @@ static void grpc_timeout(long ms, char *buf, size_t len) {
   else snprintf(buf, len, "%ldM", ms / 60000 < 100000000L ? ms / 60000 : 99999999L);
 }
 
+/* gRPC's custom metadata: a name of 0-9 a-z _ - . (not grpc-*, not a
+ * pseudo-header), a value of printable ASCII. */
+static int md_valid(const char *name, const char *value) {
+  const char *p;
+  if (!*name || strncmp(name, "grpc-", 5) == 0) return 0;
+  for (p = name; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '_' || *p == '-' ||
+          *p == '.'))
+      return 0;
+  for (p = value; *p; p++)
+    if ((unsigned char) *p < 0x20 || (unsigned char) *p > 0x7e) return 0;
+  return 1;
+}
+
 #define NV(n, v) { (uint8_t *) (n), (uint8_t *) (v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
@@ -1039,7 +1053,8 @@ int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
   if (c->closing || c->goaway) return BT_EUNAVAIL;
   if (metadata) {
     while (metadata[nmd]) {
-      if (!metadata[nmd + 1]) return BT_EINVAL;
+      if (!metadata[nmd + 1] || !md_valid(metadata[nmd], metadata[nmd + 1]))
+        return BT_EINVAL;
       nmd += 2;
     }
   }

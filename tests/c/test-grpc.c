@@ -77,6 +77,14 @@ static void on_close(bt_grpc_stream_t *s, int err, int status, const char *messa
 
 static const bt_grpc_stream_cbs_t cbs = { on_message, on_close };
 
+/* on_message that only counts (for messages bigger than call_t keeps). */
+static size_t big_len;
+static void on_big(bt_grpc_stream_t *s, const uint8_t *m, size_t len, void *arg) {
+  ((call_t *) arg)->nmsg++;
+  big_len += len;
+}
+static const bt_grpc_stream_cbs_t big_cbs = { on_big, on_close };
+
 static int timed_out;
 static void on_guard(uv_timer_t *t) { timed_out = 1; }
 
@@ -465,6 +473,81 @@ static void test_watch_events(bt_grpc_conn_t *c) {
   is_int(w.err, BT_ECANCELED, "then cancelled");
 }
 
+/* Messages bigger than a frame and a window: a 200 KB Put, then a Range
+ * answering 10 of them (2 MB, over etcd's 64 KB initial h2c window), then
+ * the same Range on a connection that accepts 1 MB messages at most. */
+static void test_big(bt_grpc_conn_t *c, const char *url) {
+  enum { VAL = 200000, NKEYS = 10 };
+  uint8_t *buf = malloc(VAL + 256);
+  uint8_t rq[128];
+  char key[128], end[128];
+  call_t *call = malloc(sizeof(*call));
+  int i, good = 0;
+  size_t kl, n;
+  for (i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof(key), "%sbig/%d", prefix, i);
+    kl = strlen(key);
+    n = 0;
+    buf[n++] = 0x0a; buf[n++] = (uint8_t) kl;
+    memcpy(buf + n, key, kl); n += kl;
+    buf[n++] = 0x12; n += put_varint(buf + n, VAL);
+    memset(buf + n, 'a' + i, VAL); n += VAL;
+    unary(c, "/etcdserverpb.KV/Put", buf, n, 10000, call);
+    if (call->err == 0 && call->status == 0) good++;
+  }
+  is_int(good, NKEYS, "%d Puts of %d-byte values (requests over many DATA frames)", NKEYS, VAL);
+  /* RangeRequest{key = prefix "big/", range_end = prefix "big0"}. */
+  snprintf(key, sizeof(key), "%sbig/", prefix);
+  snprintf(end, sizeof(end), "%sbig0", prefix);
+  n = 0;
+  rq[n++] = 0x0a; rq[n++] = (uint8_t) strlen(key); memcpy(rq + n, key, strlen(key)); n += strlen(key);
+  rq[n++] = 0x12; rq[n++] = (uint8_t) strlen(end); memcpy(rq + n, end, strlen(end)); n += strlen(end);
+  {
+    bt_grpc_stream_t *s;
+    uint64_t t0 = now_ms();
+    big_len = 0;
+    memset(call, 0, sizeof(*call));
+    bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 20000, &big_cbs, call, &s);
+    bt_grpc_send(s, rq, n, 1);
+    run_until(&call->closed, 1, 20000);
+    ok(call->err == 0 && call->status == 0 && call->nmsg == 1 && big_len > NKEYS * VAL,
+       "a Range of %d such keys: one %zu-byte message in %llu ms", NKEYS, big_len,
+       (unsigned long long) (now_ms() - t0));
+  }
+  {
+    bt_grpc_conn_opts_t o = { 0 };
+    conn_rec_t r;
+    int err;
+    char msg[256];
+    bt_grpc_conn_t *small;
+    o.url = url;
+    o.max_message = 1 << 20;
+    memset(&r, 0, sizeof(r));
+    small = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+    unary(small, "/etcdserverpb.KV/Range", rq, n, 20000, call);
+    ok(call->err == BT_ETOOLARGE && strstr(call->message, "over the limit"),
+       "with max_message 1 MiB: ETOOLARGE (%s)", call->message);
+    unary(small, "/etcdserverpb.KV/Range", buf, pb_kv(buf, "/nokey", NULL), 5000, call);
+    ok(call->err == 0 && call->status == 0, "the connection goes on serving other calls");
+    bt_grpc_close(small);
+    run_until(&r.closed, 1, 5000);
+  }
+  {
+    bt_grpc_stream_t *s;
+    const char *bad1[] = { "Token", "x", NULL }, *bad2[] = { "grpc-x", "x", NULL },
+               *bad3[] = { "token", "a\nb", NULL }, *bad4[] = { "token", NULL };
+    ok(bt_grpc_open(c, "/x.Y/Z", bad1, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad2, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad3, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad4, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "x.Y/Z", NULL, 0, &cbs, call, &s) == BT_EINVAL,
+       "metadata with an upper-case or grpc- name, a control character, no value, "
+       "or a path without '/': EINVAL");
+  }
+  free(buf);
+  free(call);
+}
+
 static void test_close_with_streams(const char *url) {
   bt_grpc_conn_opts_t o = { 0 };
   conn_rec_t r;
@@ -734,6 +817,7 @@ int main(void) {
       test_many(c);
       test_bidi(c);
       test_watch_events(c);
+      test_big(c, url);
       ok(r.closed == 0 && r.goaway == 0, "the connection stayed up throughout");
       bt_grpc_close(c);
       run_until(&r.closed, 1, 5000);
