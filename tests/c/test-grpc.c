@@ -598,6 +598,32 @@ static void test_closed_before_connected(const char *url) {
   ok(r.closed == 1 && r.ready == 0, "CLOSED without READY");
 }
 
+/* etcd's h2c listener takes PINGs less than 5 s apart as abuse: with a
+ * 200 ms interval under an idle Watch, the 3rd strike gets a GOAWAY
+ * ENHANCE_YOUR_CALM "too_many_pings", then the connection closes. */
+static void test_too_many_pings(const char *url) {
+  bt_grpc_conn_opts_t o = { 0 };
+  conn_rec_t r;
+  call_t w;
+  bt_grpc_stream_t *s;
+  int err;
+  char msg[256];
+  bt_grpc_conn_t *c;
+  o.url = url;
+  o.ping_interval_ms = 200;
+  o.ping_timeout_ms = 2000;
+  memset(&r, 0, sizeof(r));
+  memset(&w, 0, sizeof(w));
+  c = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+  bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &w, &s);
+  run_until(&r.closed, 1, 10000);
+  is_int(r.goaway, 1, "PINGs every 200 ms: etcd sends GOAWAY");
+  ok(strstr(r.goaway_msg, "ENHANCE_YOUR_CALM") && strstr(r.goaway_msg, "too_many_pings"),
+     "the event's message gives the code and debug data: %s", r.goaway_msg);
+  ok(r.closed == 1 && r.closed_err != 0, "then the connection ends (%s)", r.closed_msg);
+  ok(w.closed == 1 && w.err == r.closed_err, "and the Watch with it");
+}
+
 /* A name, not an IP: uv_getaddrinfo. */
 static void test_localhost(const char *url) {
   char u[256];
@@ -825,6 +851,7 @@ int main(void) {
       test_close_with_streams(url);
       test_closed_before_connected(url);
       test_localhost(url);
+      test_too_many_pings(url);
     }
   }
   run_for(20);
