@@ -79,6 +79,7 @@ struct bt_grpc_conn_s {
   void *arg;
 
   uv_getaddrinfo_t gai;
+  struct addrinfo *ai, *ai_next;     /* the host's addresses, the next to try */
   uv_connect_t connect_req;
   uv_tcp_t tcp;
   uv_timer_t timer, later;
@@ -182,6 +183,7 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   if (c->h2) nghttp2_session_del(c->h2);
   c->h2 = NULL;
   while (c->streams) stream_free(c->streams);
+  if (c->ai) uv_freeaddrinfo(c->ai);
   if (c->ssl) SSL_free(c->ssl);           /* frees the BIOs too */
   if (c->ssl_ctx) SSL_CTX_free(c->ssl_ctx);
   free(c->wbuf);
@@ -352,7 +354,16 @@ static void conn_flush(bt_grpc_conn_t *c) {
     c->wbuf = NULL;
     c->wcap = 0;
   }
-  if (rc < 0) conn_fail(c, rc, "write: %s", bt_strerror(rc));
+  if (rc < 0) {
+    conn_fail(c, rc, "write: %s", bt_strerror(rc));
+    return;
+  }
+  /* nghttp2 is done with the session: after a GOAWAY once no stream is
+   * left, or after a connection error it answered with its own GOAWAY. */
+  if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) {
+    if (c->goaway) conn_fail(c, BT_EUNAVAIL, "the server sent GOAWAY");
+    else conn_fail(c, BT_EPROTO, "HTTP/2 session ended by a protocol error");
+  }
 }
 
 static void on_later(uv_timer_t *t) {
@@ -661,10 +672,31 @@ static void tls_handshake(bt_grpc_conn_t *c) {
   }
 }
 
+static void start_connect(bt_grpc_conn_t *c, const struct sockaddr *sa);
+
+/* The socket of a failed attempt is closed: the next address. */
+static void on_retry_closed(uv_handle_t *h) {
+  bt_grpc_conn_t *c = h->data;
+  const struct addrinfo *ai = c->ai_next;
+  c->handles_open--;
+  if (c->closing) {
+    conn_maybe_free(c);
+    return;
+  }
+  c->ai_next = ai->ai_next;
+  start_connect(c, ai->ai_addr);
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   bt_grpc_conn_t *c = req->data;
   int rc;
   if (status == UV_ECANCELED || c->closing) return;
+  if (status < 0 && c->ai_next) {    /* e.g. ::1 refused, 127.0.0.1 next */
+    c->tcp_init = 0;
+    c->handles_open++;
+    uv_close((uv_handle_t *) &c->tcp, on_retry_closed);
+    return;
+  }
   if (status < 0) {
     conn_fail(c, status, NULL);
     return;
@@ -705,8 +737,9 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) 
     if (ai) uv_freeaddrinfo(ai);
     return;
   }
+  c->ai = ai;
+  c->ai_next = ai->ai_next;
   start_connect(c, ai->ai_addr);
-  uv_freeaddrinfo(ai);
 }
 
 /* ---- timers ------------------------------------------------------------ */
@@ -1079,7 +1112,10 @@ int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
   }
   if (s->timeout_ms) {
     nghttp2_nv t = NV("grpc-timeout", tmo);
-    grpc_timeout(s->timeout_ms, tmo, sizeof(tmo));
+    /* The server's deadline a little later than ours, so that a call
+     * that runs out of time ends here, with ETIMEDOUT, rather than by a
+     * race with the server's status 4 (DEADLINE_EXCEEDED). */
+    grpc_timeout(s->timeout_ms + s->timeout_ms / 10 + 20, tmo, sizeof(tmo));
     t.valuelen = strlen(tmo);
     nv[n++] = t;
   }

@@ -94,7 +94,8 @@ typedef struct {
 /** Opens a stream for method path ("/etcdserverpb.KV/Range") with extra
  * metadata (pairs "name", "value", ..., NULL; may be NULL) and a deadline
  * (timeout_ms > 0: the stream is cancelled with BT_ETIMEDOUT then, and
- * grpc-timeout is sent; 0: none, for long-lived streams). Before the
+ * grpc-timeout is sent, 10% + 20 ms later, so that the server's own
+ * deadline does not race ours; 0: none, for long-lived streams). Before the
  * connection is READY the stream waits and is sent then. Returns 0, or
  * BT_EUNAVAIL (after GOAWAY or bt_grpc_close, or once the connection
  * failed), BT_EINVAL (a path without '/', metadata names other than
