@@ -177,7 +177,8 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   void *arg = c->arg;
   int err = c->err;
   char msg[sizeof(c->msg)];
-  if (c->handles_open > 0 || c->gai_pending) return;
+  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
+  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
   memcpy(msg, c->msg, sizeof(msg));
   if (cb) cb(c, BT_GRPC_CLOSED, err, msg, arg);
   if (c->h2) nghttp2_session_del(c->h2);

@@ -640,6 +640,28 @@ static void test_too_many_pings(const char *url) {
   ok(w.closed == 1 && w.err == r.closed_err, "and the Watch with it");
 }
 
+/* Closed while its name is being resolved. */
+static void test_closed_resolving(const char *url) {
+  char u[256];
+  bt_grpc_conn_opts_t o = { 0 };
+  conn_rec_t r;
+  call_t a;
+  bt_grpc_stream_t *s;
+  int err;
+  char msg[256];
+  bt_grpc_conn_t *c;
+  snprintf(u, sizeof(u), "http://localhost%s", strrchr(url, ':'));
+  o.url = u;
+  memset(&r, 0, sizeof(r));
+  memset(&a, 0, sizeof(a));
+  c = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+  bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 1000, &cbs, &a, &s);
+  bt_grpc_close(c);
+  run_until(&r.closed, 1, 5000);
+  ok(r.closed == 1 && r.closed_err == 0 && a.closed == 1 && a.err == BT_ECANCELED,
+     "closed while resolving its name: ECANCELED, then CLOSED");
+}
+
 /* A name, not an IP: uv_getaddrinfo. */
 static void test_localhost(const char *url) {
   char u[256];
@@ -864,6 +886,7 @@ int main(void) {
       test_close_with_streams(url);
       test_closed_before_connected(url);
       test_localhost(url);
+      test_closed_resolving(url);
       test_too_many_pings(url);
     }
   }
