@@ -383,6 +383,8 @@ static void conn_schedule(bt_grpc_conn_t *c) {
 
 /* ---- nghttp2 callbacks ------------------------------------------------- */
 
+static void stream_end_by_server(bt_grpc_stream_t *s, uint32_t error_code, int rst);
+
 static bt_grpc_stream_t *stream_of(nghttp2_session *h2, int32_t id) {
   return nghttp2_session_get_stream_user_data(h2, id);
 }
@@ -487,6 +489,16 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
   bt_grpc_conn_t *c = ud;
   if (c->closing) return 0;
   switch (f->hd.type) {
+  case NGHTTP2_HEADERS:
+  case NGHTTP2_DATA:
+    /* The server is done while we are not: the call is over (gRPC ends
+     * at the trailers); the rest of our side is reset, not sent. */
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+      bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
+      if (s && !s->finished && !nghttp2_session_get_stream_local_close(h2, f->hd.stream_id))
+        stream_end_by_server(s, NGHTTP2_NO_ERROR, 1);
+    }
+    break;
   case NGHTTP2_SETTINGS:
     if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && !c->ready) {
       c->ready = 1;
@@ -537,32 +549,35 @@ static int on_frame_not_send(nghttp2_session *h2, const nghttp2_frame *f,
   return 0;
 }
 
+/* The server ended s (its END_STREAM, or the stream closed with
+ * error_code): the outcome from its status, grpc-status, or the reset. */
+static void stream_end_by_server(bt_grpc_stream_t *s, uint32_t error_code, int rst) {
+  if (s->http_status != 0 && s->http_status != 200) {
+    if (s->http_status == 503)
+      stream_fail(s, rst, BT_EUNAVAIL, "HTTP status 503");
+    else
+      stream_fail(s, rst, BT_EPROTO, "HTTP status %d", s->http_status);
+  } else if (s->grpc_status >= 0) {
+    stream_finish(s, rst, 0, s->grpc_status, s->grpc_message ? s->grpc_message : "");
+  } else if (error_code == NGHTTP2_REFUSED_STREAM) {
+    s->refused = 1;
+    stream_fail(s, rst, BT_EUNAVAIL, "stream refused");
+  } else if (error_code != NGHTTP2_NO_ERROR) {
+    stream_fail(s, rst, BT_EPROTO, "stream reset: %s",
+                nghttp2_http2_strerror(error_code));
+  } else {
+    stream_fail(s, rst, BT_EPROTO, "stream ended without grpc-status");
+  }
+}
+
 static int on_stream_close(nghttp2_session *h2, int32_t id,
                            uint32_t error_code, void *ud) {
   bt_grpc_stream_t *s = stream_of(h2, id);
   if (!s) return 0;
   s->in_nghttp2 = 0;
   nghttp2_session_set_stream_user_data(h2, id, NULL);
-  if (s->finished) {
-    stream_free(s);
-    return 0;
-  }
-  if (s->http_status != 0 && s->http_status != 200) {
-    if (s->http_status == 503)
-      stream_fail(s, 0, BT_EUNAVAIL, "HTTP status 503");
-    else
-      stream_fail(s, 0, BT_EPROTO, "HTTP status %d", s->http_status);
-  } else if (s->grpc_status >= 0) {
-    stream_finish(s, 0, 0, s->grpc_status, s->grpc_message ? s->grpc_message : "");
-  } else if (error_code == NGHTTP2_REFUSED_STREAM) {
-    s->refused = 1;
-    stream_fail(s, 0, BT_EUNAVAIL, "stream refused");
-  } else if (error_code != NGHTTP2_NO_ERROR) {
-    stream_fail(s, 0, BT_EPROTO, "stream reset: %s",
-                nghttp2_http2_strerror(error_code));
-  } else {
-    stream_fail(s, 0, BT_EPROTO, "stream ended without grpc-status");
-  }
+  if (s->finished) stream_free(s);
+  else stream_end_by_server(s, error_code, 0);
   return 0;
 }
 

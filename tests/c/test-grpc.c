@@ -188,6 +188,9 @@ static const uint8_t HDR_404_END[] = { 0, 0, 1, 1, 5, 0, 0, 0, 1, 0x8d };
 static const uint8_t HDR_200_END[] = { 0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88 };
 static const uint8_t HDR_200[] = { 0, 0, 1, 1, 4, 0, 0, 0, 1, 0x88 };
 static const uint8_t DATA_COMPRESSED[] = { 0, 0, 6, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 'x' };
+/* :status 200 and grpc-status 5 (a literal without indexing, new name). */
+static const uint8_t TRAILERS_ONLY_5[] = { 0, 0, 16, 1, 5, 0, 0, 0, 1, 0x88, 0x00, 11,
+  'g', 'r', 'p', 'c', '-', 's', 't', 'a', 't', 'u', 's', 1, '5' };
 static const uint8_t GOAWAY0[] = { 0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
 
 typedef struct {
@@ -264,7 +267,9 @@ static void srv_stop(srv_t *s) {
   run_for(20);
 }
 
-/* Connects to the scripted server and runs one stream to its end. */
+/* Connects to the scripted server and runs one stream to its end (its
+ * request side left open when srv_call_open). */
+static int srv_call_open;
 static bt_grpc_conn_t *srv_call(srv_t *s, conn_rec_t *r, call_t *call, long ping_ms,
                                 long connect_ms) {
   char url[64];
@@ -283,7 +288,7 @@ static bt_grpc_conn_t *srv_call(srv_t *s, conn_rec_t *r, call_t *call, long ping
   c = bt_grpc_connect(loop, &o, on_event, r, &err, msg, sizeof(msg));
   if (!c) return NULL;
   if (bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, call, &st) == 0)
-    bt_grpc_send(st, (const uint8_t *) "", 0, 1);
+    bt_grpc_send(st, (const uint8_t *) "", 0, !srv_call_open);
   run_until(&call->closed, 1, 5000);
   return c;
 }
@@ -564,6 +569,21 @@ static void test_big(bt_grpc_conn_t *c, const char *url) {
   free(call);
 }
 
+/* The server ends a stream whose request side is still open (a Watch
+ * sent a malformed message: 13 INTERNAL from etcd's unmarshalling). */
+static void test_server_ends_open_stream(bt_grpc_conn_t *c) {
+  call_t w;
+  bt_grpc_stream_t *s;
+  static const uint8_t junk[] = { 0xff, 0xff, 0xff };
+  memset(&w, 0, sizeof(w));
+  bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &w, &s);
+  bt_grpc_send(s, junk, sizeof(junk), 0);
+  run_until(&w.closed, 1, 5000);
+  ok(w.closed == 1 && w.err == 0 && w.status != 0,
+     "a stream the server ends while ours is open closes with its status (%d %s)", w.status,
+     w.message);
+}
+
 static void test_close_with_streams(const char *url) {
   bt_grpc_conn_opts_t o = { 0 };
   conn_rec_t r;
@@ -786,6 +806,22 @@ static void test_scripted(void) {
   run_until(&r.closed, 1, 3000);
   srv_stop(&s);
 
+  /* Trailers-only while our side is open, and no RST_STREAM after them:
+   * the call ends at the trailers. */
+  memset(&s, 0, sizeof(s));
+  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
+  s.on_data = TRAILERS_ONLY_5; s.on_data_len = sizeof(TRAILERS_ONLY_5);
+  srv_start(&s);
+  srv_call_open = 1;
+  c = srv_call(&s, &r, &call, 0, 0);
+  srv_call_open = 0;
+  ok(call.closed == 1 && call.err == 0 && call.status == 5,
+     "the server's trailers end a call whose request side is open (err %d status %d)",
+     call.err, call.status);
+  bt_grpc_close(c);
+  run_until(&r.closed, 1, 3000);
+  srv_stop(&s);
+
   /* A compressed message. */
   {
     static uint8_t script[sizeof(HDR_200) + sizeof(DATA_COMPRESSED)];
@@ -879,6 +915,7 @@ int main(void) {
       test_bidi(c);
       test_watch_events(c);
       test_big(c, url);
+      test_server_ends_open_stream(c);
       ok(r.closed == 0 && r.goaway == 0, "the connection stayed up throughout");
       bt_grpc_close(c);
       run_until(&r.closed, 1, 5000);
