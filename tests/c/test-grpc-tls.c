@@ -173,6 +173,55 @@ int main(void) {
     goto out;
   ok(r.ready == 1 && r.closed == 1 && r.err == 0, "READY, then CLOSED after bt_grpc_close");
 
+  /* Streams over Go's net/http2 (etcd's https listener): a Watch gets an
+   * event; a malformed message gets the server's status at once. */
+  {
+    bt_grpc_conn_opts_t o = { 0 };
+    bt_grpc_conn_t *c;
+    bt_grpc_stream_t *s;
+    call_t w, put, bad;
+    static const uint8_t watch[] = { 0x0a, 0x06, 0x0a, 0x04, '/', 't', 'l', 's' };
+    static const uint8_t putrq[] = { 0x0a, 0x04, '/', 't', 'l', 's', 0x12, 0x01, 'v' };
+    static const uint8_t junk[] = { 0xff, 0xff, 0xff };
+    o.url = url;
+    o.cacert = path("ca.pem");
+    o.cert = path("client.pem");
+    o.key = path("client.key");
+    o.connect_timeout_ms = 10000;
+    o.ping_interval_ms = 100;      /* net/http2 has no PING policy */
+    o.ping_timeout_ms = 5000;
+    memset(&r, 0, sizeof(r));
+    memset(&w, 0, sizeof(w));
+    memset(&put, 0, sizeof(put));
+    memset(&bad, 0, sizeof(bad));
+    c = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+    bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &w, &s);
+    bt_grpc_send(s, watch, sizeof(watch), 0);
+    run_until(&w.nmsg, 1, 10000);
+    bt_grpc_open(c, "/etcdserverpb.KV/Put", NULL, 10000, &cbs, &put, &s);
+    bt_grpc_send(s, putrq, sizeof(putrq), 1);
+    run_until(&w.nmsg, 2, 10000);
+    run_until(&put.closed, 1, 10000);
+    ok(put.closed == 1 && put.status == 0 && w.nmsg == 2 && w.closed == 0,
+       "over TLS: a Watch gets its created answer and the event of a Put "
+       "(put %d/%d/%d %s, watch %d msgs, closed %d err %d %s)", put.closed, put.err, put.status,
+       put.message, w.nmsg, w.closed, w.err, w.message);
+    bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &bad, &s);
+    bt_grpc_send(s, junk, sizeof(junk), 0);
+    run_until(&bad.closed, 1, 10000);
+    ok(bad.closed == 1 && bad.err == 0 && bad.status != 0,
+       "over TLS: a malformed message ends its stream with the server's status (%d %s)",
+       bad.status, bad.message);
+    {
+      int never = 0;
+      run_until(&never, 1, 700);   /* several PINGs, answered */
+    }
+    ok(r.closed == 0 && w.closed == 0, "PINGs every 100 ms over TLS: answered, nothing ends");
+    bt_grpc_close(c);
+    run_until(&r.closed, 1, 5000);
+    ok(w.closed == 1 && w.err == BT_ECANCELED && r.err == 0, "closed: the Watch ends ECANCELED");
+  }
+
   range(url, path("ca.pem"), NULL, NULL, &call, &r, &err, msg, sizeof(msg));
   ok(call.closed == 1 && (call.err == BT_ETLS || call.err == BT_ECONNRESET),
      "without a client certificate: ETLS or a reset (%s)", call.message);
