@@ -417,11 +417,6 @@ static ssize_t on_read_body(nghttp2_session *h2, int32_t id, uint8_t *buf,
   return (ssize_t) n;
 }
 
-static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
-                            void *ud) {
-  return 0;
-}
-
 static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
                      const uint8_t *name, size_t namelen, const uint8_t *value,
                      size_t valuelen, uint8_t flags, void *ud) {
@@ -944,7 +939,6 @@ static int h2_setup(bt_grpc_conn_t *c) {
   };
   int rc;
   if (nghttp2_session_callbacks_new(&cbs) != 0) return BT_ENOMEM;
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
