@@ -14,6 +14,7 @@
  * after every stream of it ended. No callback runs from inside the call
  * that caused it (bt_grpc_open, bt_grpc_send, bt_grpc_cancel,
  * bt_grpc_close): failures found there are reported on a later loop turn.
+ * (The one exception: bt_grpc_cancel's own on_close, see there.)
  */
 #ifndef BATON_GRPC_H
 #define BATON_GRPC_H
@@ -44,7 +45,9 @@ typedef struct {
 enum {
   BT_GRPC_READY,   /* connected; streams opened before now are sent now */
   BT_GRPC_GOAWAY,  /* the server will take no new streams: open the next
-                      ones elsewhere; streams it accepted go on */
+                      ones elsewhere; streams it accepted go on (err 0;
+                      msg has the code and debug data). Once none is
+                      left the connection ends: CLOSED with EUNAVAIL */
   BT_GRPC_CLOSED   /* last, once: err is 0 after bt_grpc_close, else why
                       the connection failed (msg says, naming the url);
                       c is freed when the callback returns */
