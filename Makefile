@@ -125,18 +125,21 @@ clean:
 #                           JSON), int64 fields, base64, endpoint lists
 #   json  fuzz/json_fuzz.c  NUL bytes in JSON text (runtime/core/jsonnul.c): the
 #                           passes baton.json.decode makes before cJSON
-# make fuzz-cron, fuzz-etcd, fuzz-json run one. Each runs on its own corpus
+#   grpc  fuzz/grpc_fuzz.c  gRPC messages cut out of DATA chunks in any split,
+#                           grpc-message percent-decoding (runtime/core/grpc_frame.c)
+# make fuzz-cron, fuzz-etcd, fuzz-json, fuzz-grpc run one. Each runs on its own corpus
 # build/fuzz/<target>/corpus (kept, not committed), seeded from
 # fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to
 # fuzz/regressions/<target>/, which tests/c/test-<target>-fuzz.c replays
 # with the seeds on `make test` (commit them with the fix).
 FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := cron etcd json
+FUZZ_TARGETS := cron etcd json grpc
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime/core -I$(GEN)
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
 FUZZ_SRCS_json := runtime/core/jsonnul.c runtime/core/err.c
+FUZZ_SRCS_grpc := runtime/core/grpc_frame.c runtime/core/err.c
 FUZZ_SRCS_etcd := runtime/core/etcd_pure.c runtime/core/b64.c runtime/core/err.c \
                   runtime/core/etcdpb.c $(GEN)/etcd.pb-c.c runtime/core/http.c
 

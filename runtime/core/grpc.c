@@ -79,6 +79,7 @@ struct bt_grpc_conn_s {
   void *arg;
 
   uv_getaddrinfo_t gai;
+  struct addrinfo *ai, *ai_next;     /* the host's addresses, the next to try */
   uv_connect_t connect_req;
   uv_tcp_t tcp;
   uv_timer_t timer, later;
@@ -176,12 +177,14 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   void *arg = c->arg;
   int err = c->err;
   char msg[sizeof(c->msg)];
-  if (c->handles_open > 0 || c->gai_pending) return;
+  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
+  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
   memcpy(msg, c->msg, sizeof(msg));
   if (cb) cb(c, BT_GRPC_CLOSED, err, msg, arg);
   if (c->h2) nghttp2_session_del(c->h2);
   c->h2 = NULL;
   while (c->streams) stream_free(c->streams);
+  if (c->ai) uv_freeaddrinfo(c->ai);
   if (c->ssl) SSL_free(c->ssl);           /* frees the BIOs too */
   if (c->ssl_ctx) SSL_CTX_free(c->ssl_ctx);
   free(c->wbuf);
@@ -352,7 +355,16 @@ static void conn_flush(bt_grpc_conn_t *c) {
     c->wbuf = NULL;
     c->wcap = 0;
   }
-  if (rc < 0) conn_fail(c, rc, "write: %s", bt_strerror(rc));
+  if (rc < 0) {
+    conn_fail(c, rc, "write: %s", bt_strerror(rc));
+    return;
+  }
+  /* nghttp2 is done with the session: after a GOAWAY once no stream is
+   * left, or after a connection error it answered with its own GOAWAY. */
+  if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) {
+    if (c->goaway) conn_fail(c, BT_EUNAVAIL, "the server sent GOAWAY");
+    else conn_fail(c, BT_EPROTO, "HTTP/2 session ended by a protocol error");
+  }
 }
 
 static void on_later(uv_timer_t *t) {
@@ -370,6 +382,8 @@ static void conn_schedule(bt_grpc_conn_t *c) {
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------- */
+
+static void stream_end_by_server(bt_grpc_stream_t *s, uint32_t error_code, int rst);
 
 static bt_grpc_stream_t *stream_of(nghttp2_session *h2, int32_t id) {
   return nghttp2_session_get_stream_user_data(h2, id);
@@ -401,11 +415,6 @@ static ssize_t on_read_body(nghttp2_session *h2, int32_t id, uint8_t *buf,
     if (s->end_queued) *flags |= NGHTTP2_DATA_FLAG_EOF;
   }
   return (ssize_t) n;
-}
-
-static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f,
-                            void *ud) {
-  return 0;
 }
 
 static int on_header(nghttp2_session *h2, const nghttp2_frame *f,
@@ -475,6 +484,16 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
   bt_grpc_conn_t *c = ud;
   if (c->closing) return 0;
   switch (f->hd.type) {
+  case NGHTTP2_HEADERS:
+  case NGHTTP2_DATA:
+    /* The server is done while we are not: the call is over (gRPC ends
+     * at the trailers); the rest of our side is reset, not sent. */
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+      bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
+      if (s && !s->finished && !nghttp2_session_get_stream_local_close(h2, f->hd.stream_id))
+        stream_end_by_server(s, NGHTTP2_NO_ERROR, 1);
+    }
+    break;
   case NGHTTP2_SETTINGS:
     if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && !c->ready) {
       c->ready = 1;
@@ -525,32 +544,35 @@ static int on_frame_not_send(nghttp2_session *h2, const nghttp2_frame *f,
   return 0;
 }
 
+/* The server ended s (its END_STREAM, or the stream closed with
+ * error_code): the outcome from its status, grpc-status, or the reset. */
+static void stream_end_by_server(bt_grpc_stream_t *s, uint32_t error_code, int rst) {
+  if (s->http_status != 0 && s->http_status != 200) {
+    if (s->http_status == 503)
+      stream_fail(s, rst, BT_EUNAVAIL, "HTTP status 503");
+    else
+      stream_fail(s, rst, BT_EPROTO, "HTTP status %d", s->http_status);
+  } else if (s->grpc_status >= 0) {
+    stream_finish(s, rst, 0, s->grpc_status, s->grpc_message ? s->grpc_message : "");
+  } else if (error_code == NGHTTP2_REFUSED_STREAM) {
+    s->refused = 1;
+    stream_fail(s, rst, BT_EUNAVAIL, "stream refused");
+  } else if (error_code != NGHTTP2_NO_ERROR) {
+    stream_fail(s, rst, BT_EPROTO, "stream reset: %s",
+                nghttp2_http2_strerror(error_code));
+  } else {
+    stream_fail(s, rst, BT_EPROTO, "stream ended without grpc-status");
+  }
+}
+
 static int on_stream_close(nghttp2_session *h2, int32_t id,
                            uint32_t error_code, void *ud) {
   bt_grpc_stream_t *s = stream_of(h2, id);
   if (!s) return 0;
   s->in_nghttp2 = 0;
   nghttp2_session_set_stream_user_data(h2, id, NULL);
-  if (s->finished) {
-    stream_free(s);
-    return 0;
-  }
-  if (s->http_status != 0 && s->http_status != 200) {
-    if (s->http_status == 503)
-      stream_fail(s, 0, BT_EUNAVAIL, "HTTP status 503");
-    else
-      stream_fail(s, 0, BT_EPROTO, "HTTP status %d", s->http_status);
-  } else if (s->grpc_status >= 0) {
-    stream_finish(s, 0, 0, s->grpc_status, s->grpc_message ? s->grpc_message : "");
-  } else if (error_code == NGHTTP2_REFUSED_STREAM) {
-    s->refused = 1;
-    stream_fail(s, 0, BT_EUNAVAIL, "stream refused");
-  } else if (error_code != NGHTTP2_NO_ERROR) {
-    stream_fail(s, 0, BT_EPROTO, "stream reset: %s",
-                nghttp2_http2_strerror(error_code));
-  } else {
-    stream_fail(s, 0, BT_EPROTO, "stream ended without grpc-status");
-  }
+  if (s->finished) stream_free(s);
+  else stream_end_by_server(s, error_code, 0);
   return 0;
 }
 
@@ -661,10 +683,31 @@ static void tls_handshake(bt_grpc_conn_t *c) {
   }
 }
 
+static void start_connect(bt_grpc_conn_t *c, const struct sockaddr *sa);
+
+/* The socket of a failed attempt is closed: the next address. */
+static void on_retry_closed(uv_handle_t *h) {
+  bt_grpc_conn_t *c = h->data;
+  const struct addrinfo *ai = c->ai_next;
+  c->handles_open--;
+  if (c->closing) {
+    conn_maybe_free(c);
+    return;
+  }
+  c->ai_next = ai->ai_next;
+  start_connect(c, ai->ai_addr);
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   bt_grpc_conn_t *c = req->data;
   int rc;
   if (status == UV_ECANCELED || c->closing) return;
+  if (status < 0 && c->ai_next) {    /* e.g. ::1 refused, 127.0.0.1 next */
+    c->tcp_init = 0;
+    c->handles_open++;
+    uv_close((uv_handle_t *) &c->tcp, on_retry_closed);
+    return;
+  }
   if (status < 0) {
     conn_fail(c, status, NULL);
     return;
@@ -705,8 +748,9 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) 
     if (ai) uv_freeaddrinfo(ai);
     return;
   }
+  c->ai = ai;
+  c->ai_next = ai->ai_next;
   start_connect(c, ai->ai_addr);
-  uv_freeaddrinfo(ai);
 }
 
 /* ---- timers ------------------------------------------------------------ */
@@ -895,7 +939,6 @@ static int h2_setup(bt_grpc_conn_t *c) {
   };
   int rc;
   if (nghttp2_session_callbacks_new(&cbs) != 0) return BT_ENOMEM;
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
@@ -1022,6 +1065,20 @@ static void grpc_timeout(long ms, char *buf, size_t len) {
   else snprintf(buf, len, "%ldM", ms / 60000 < 100000000L ? ms / 60000 : 99999999L);
 }
 
+/* gRPC's custom metadata: a name of 0-9 a-z _ - . (not grpc-*, not a
+ * pseudo-header), a value of printable ASCII. */
+static int md_valid(const char *name, const char *value) {
+  const char *p;
+  if (!*name || strncmp(name, "grpc-", 5) == 0) return 0;
+  for (p = name; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '_' || *p == '-' ||
+          *p == '.'))
+      return 0;
+  for (p = value; *p; p++)
+    if ((unsigned char) *p < 0x20 || (unsigned char) *p > 0x7e) return 0;
+  return 1;
+}
+
 #define NV(n, v) { (uint8_t *) (n), (uint8_t *) (v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
@@ -1039,7 +1096,8 @@ int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
   if (c->closing || c->goaway) return BT_EUNAVAIL;
   if (metadata) {
     while (metadata[nmd]) {
-      if (!metadata[nmd + 1]) return BT_EINVAL;
+      if (!metadata[nmd + 1] || !md_valid(metadata[nmd], metadata[nmd + 1]))
+        return BT_EINVAL;
       nmd += 2;
     }
   }
@@ -1064,7 +1122,10 @@ int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
   }
   if (s->timeout_ms) {
     nghttp2_nv t = NV("grpc-timeout", tmo);
-    grpc_timeout(s->timeout_ms, tmo, sizeof(tmo));
+    /* The server's deadline a little later than ours, so that a call
+     * that runs out of time ends here, with ETIMEDOUT, rather than by a
+     * race with the server's status 4 (DEADLINE_EXCEEDED). */
+    grpc_timeout(s->timeout_ms + s->timeout_ms / 10 + 20, tmo, sizeof(tmo));
     t.valuelen = strlen(tmo);
     nv[n++] = t;
   }

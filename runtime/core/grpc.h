@@ -14,6 +14,7 @@
  * after every stream of it ended. No callback runs from inside the call
  * that caused it (bt_grpc_open, bt_grpc_send, bt_grpc_cancel,
  * bt_grpc_close): failures found there are reported on a later loop turn.
+ * (The one exception: bt_grpc_cancel's own on_close, see there.)
  */
 #ifndef BATON_GRPC_H
 #define BATON_GRPC_H
@@ -30,9 +31,13 @@ typedef struct {
   const char *cacert, *cert, *key;  /* PEM files for https, or NULL */
   long connect_timeout_ms;    /* TCP + TLS + HTTP/2 preface; default 1000 */
   long ping_interval_ms;      /* a PING after this long without a frame
-                                 read; 0 = none */
+                                 read, while a stream is open (etcd's h2c
+                                 listener counts PINGs on an idle
+                                 connection, or less than 5 s apart, as
+                                 abuse: GOAWAY too_many_pings); 0 = none */
   long ping_timeout_ms;       /* the connection is dropped (BT_ETIMEDOUT)
-                                 when a PING goes unanswered this long */
+                                 when a PING goes unanswered this long;
+                                 default 20000 */
   size_t max_message;         /* largest message accepted; default 64 MiB */
 } bt_grpc_conn_opts_t;
 
@@ -40,10 +45,18 @@ typedef struct {
 enum {
   BT_GRPC_READY,   /* connected; streams opened before now are sent now */
   BT_GRPC_GOAWAY,  /* the server will take no new streams: open the next
-                      ones elsewhere; streams it accepted go on */
+                      ones elsewhere; streams it accepted go on (err 0;
+                      msg has the code and debug data). Once none is
+                      left the connection ends: CLOSED with EUNAVAIL */
   BT_GRPC_CLOSED   /* last, once: err is 0 after bt_grpc_close, else why
-                      the connection failed (msg says, naming the url) */
+                      the connection failed (msg says, naming the url);
+                      c is freed when the callback returns */
 };
+/* Messages (msg here, and an on_close's message when err != 0) read
+ * "<url>: <bt_strerror(err)>" or "<url>: <bt_strerror(err)> (<detail>)",
+ * e.g. "https://127.0.0.1:2379: tls error (SSL certificate problem: unable
+ * to get local issuer certificate)"; GOAWAY's is "<url>: GOAWAY <code>[:
+ * <debug data>]". */
 typedef void (*bt_grpc_event_cb)(bt_grpc_conn_t *c, int event, int err,
                                  const char *msg, void *arg);
 
@@ -54,7 +67,9 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
                                 char *msg, size_t msglen);
 
 /** Ends every stream (BT_ECANCELED), closes the connection; on_event
- * CLOSED comes last. */
+ * CLOSED comes last, all on a later loop turn. Allowed until CLOSED has
+ * come (also while a failed connection is ending: a no-op then), never
+ * after. */
 void bt_grpc_close(bt_grpc_conn_t *c);
 
 /** 1 once connected and not going away (new streams will be accepted). */
@@ -64,7 +79,14 @@ int bt_grpc_ready(const bt_grpc_conn_t *c);
  * valid during the call only). on_close comes once, last: err is a BT_E*
  * transport failure (the connection died, a timeout, a cancel), or 0 when
  * the server ended the stream, with status its grpc-status (0 = OK) and
- * message its grpc-message (percent-decoded, "" when absent). */
+ * message its grpc-message (percent-decoded, "" when absent). With err !=
+ * 0, status is -1 and message says what failed, naming the url. The
+ * errors: the connection's own (ECONNREFUSED, ETIMEDOUT, ECONNRESET,
+ * ETLS, EPROTO...); ETIMEDOUT (the deadline); ECANCELED; EUNAVAIL (refused
+ * by the server: REFUSED_STREAM, above a GOAWAY, HTTP 503); EPROTO (an
+ * HTTP status other than 200, a reset without grpc-status, a compressed
+ * message); ETOOLARGE (a message over max_message; the stream is reset,
+ * the connection goes on). s is freed when on_close returns. */
 typedef struct {
   void (*on_message)(bt_grpc_stream_t *s, const uint8_t *msg, size_t len,
                      void *arg);
@@ -75,25 +97,37 @@ typedef struct {
 /** Opens a stream for method path ("/etcdserverpb.KV/Range") with extra
  * metadata (pairs "name", "value", ..., NULL; may be NULL) and a deadline
  * (timeout_ms > 0: the stream is cancelled with BT_ETIMEDOUT then, and
- * grpc-timeout is sent; 0: none, for long-lived streams). Before the
- * connection is READY the stream waits and is sent then. */
+ * grpc-timeout is sent, 10% + 20 ms later, so that the server's own
+ * deadline does not race ours; 0: none, for long-lived streams). Before the
+ * connection is READY the stream waits and is sent then. Returns 0, or
+ * BT_EUNAVAIL (after GOAWAY or bt_grpc_close, or once the connection
+ * failed), BT_EINVAL (a path without '/', metadata names other than
+ * 0-9 a-z _ - . or grpc-*, values other than printable ASCII), BT_ENOMEM;
+ * then no callback comes. */
 int bt_grpc_open(bt_grpc_conn_t *c, const char *path,
                  const char *const *metadata, long timeout_ms,
                  const bt_grpc_stream_cbs_t *cbs, void *arg,
                  bt_grpc_stream_t **out);
 
 /** Queues one message (len bytes; framed here); end = 1 half-closes the
- * stream after it (a unary call sends one message with end = 1). */
+ * stream after it (a unary call sends one message with end = 1; msg NULL
+ * and len 0 with end = 1 only half-closes). BT_EINVAL after the
+ * half-close, BT_ECLOSED once the stream is ending. */
 int bt_grpc_send(bt_grpc_stream_t *s, const uint8_t *msg, size_t len,
                  int end);
 
 /** Cancels a stream (RST_STREAM CANCEL): on_close with BT_ECANCELED, now
- * if called from outside the stream's callbacks, else when they return. */
+ * if called from outside the stream's callbacks (the one exception to
+ * "no callback from inside the call": the caller asked for it, and gets it
+ * before bt_grpc_cancel returns), else when they return (no on_message
+ * after it). A no-op on a stream already ending. */
 void bt_grpc_cancel(bt_grpc_stream_t *s);
 
 /** 1 when the stream's request surely never reached the server's
  * application: never sent, refused (REFUSED_STREAM), or above a GOAWAY's
- * last stream id. A failed call that is unsent may be retried anywhere. */
+ * last stream id. A failed call that is unsent may be retried anywhere.
+ * Valid until on_close returns ("sent" means nghttp2 gave its HEADERS
+ * to the socket). */
 int bt_grpc_stream_unsent(const bt_grpc_stream_t *s);
 
 /** The connection's url, as given. */

@@ -26,13 +26,19 @@ typedef struct {
   int ready, goaway, closed, closed_err;
   char closed_msg[600], goaway_msg[600];
   int closed_after_streams;        /* every watched stream ended before CLOSED */
+  int ready_at_goaway, open_at_goaway;
   int *streams_open;
 } conn_rec_t;
+
+static const bt_grpc_stream_cbs_t cbs;
 
 static void on_event(bt_grpc_conn_t *c, int ev, int err, const char *msg, void *arg) {
   conn_rec_t *r = arg;
   if (ev == BT_GRPC_READY) r->ready++;
   if (ev == BT_GRPC_GOAWAY) {
+    bt_grpc_stream_t *s;
+    r->ready_at_goaway = bt_grpc_ready(c);
+    r->open_at_goaway = bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, NULL, &s);
     r->goaway++;
     snprintf(r->goaway_msg, sizeof(r->goaway_msg), "%s", msg ? msg : "");
   }
@@ -76,6 +82,14 @@ static void on_close(bt_grpc_stream_t *s, int err, int status, const char *messa
 }
 
 static const bt_grpc_stream_cbs_t cbs = { on_message, on_close };
+
+/* on_message that only counts (for messages bigger than call_t keeps). */
+static size_t big_len;
+static void on_big(bt_grpc_stream_t *s, const uint8_t *m, size_t len, void *arg) {
+  ((call_t *) arg)->nmsg++;
+  big_len += len;
+}
+static const bt_grpc_stream_cbs_t big_cbs = { on_big, on_close };
 
 static int timed_out;
 static void on_guard(uv_timer_t *t) { timed_out = 1; }
@@ -174,6 +188,9 @@ static const uint8_t HDR_404_END[] = { 0, 0, 1, 1, 5, 0, 0, 0, 1, 0x8d };
 static const uint8_t HDR_200_END[] = { 0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88 };
 static const uint8_t HDR_200[] = { 0, 0, 1, 1, 4, 0, 0, 0, 1, 0x88 };
 static const uint8_t DATA_COMPRESSED[] = { 0, 0, 6, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 'x' };
+/* :status 200 and grpc-status 5 (a literal without indexing, new name). */
+static const uint8_t TRAILERS_ONLY_5[] = { 0, 0, 16, 1, 5, 0, 0, 0, 1, 0x88, 0x00, 11,
+  'g', 'r', 'p', 'c', '-', 's', 't', 'a', 't', 'u', 's', 1, '5' };
 static const uint8_t GOAWAY0[] = { 0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
 
 typedef struct {
@@ -250,7 +267,9 @@ static void srv_stop(srv_t *s) {
   run_for(20);
 }
 
-/* Connects to the scripted server and runs one stream to its end. */
+/* Connects to the scripted server and runs one stream to its end (its
+ * request side left open when srv_call_open). */
+static int srv_call_open;
 static bt_grpc_conn_t *srv_call(srv_t *s, conn_rec_t *r, call_t *call, long ping_ms,
                                 long connect_ms) {
   char url[64];
@@ -269,7 +288,7 @@ static bt_grpc_conn_t *srv_call(srv_t *s, conn_rec_t *r, call_t *call, long ping
   c = bt_grpc_connect(loop, &o, on_event, r, &err, msg, sizeof(msg));
   if (!c) return NULL;
   if (bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, call, &st) == 0)
-    bt_grpc_send(st, (const uint8_t *) "", 0, 1);
+    bt_grpc_send(st, (const uint8_t *) "", 0, !srv_call_open);
   run_until(&call->closed, 1, 5000);
   return c;
 }
@@ -422,6 +441,16 @@ static void test_bidi(bt_grpc_conn_t *c) {
   is_int(ka.nmsg, 1, "and no message after it");
   is_int(ka.closed, 1, "on_close once");
 
+  /* Cancelled before anything was written: unsent, and nothing breaks. */
+  memset(&ka, 0, sizeof(ka));
+  bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 5000, &cbs, &ka, &s);
+  bt_grpc_send(s, buf, n, 1);
+  bt_grpc_cancel(s);
+  ok(ka.closed == 1 && ka.err == BT_ECANCELED && ka.unsent == 1,
+     "a call cancelled before it was written: ECANCELED, unsent");
+  run_for(50);
+  is_int(ka.closed, 1, "on_close once");
+
   /* LeaseRevokeRequest{ID}. */
   buf[0] = 0x08;
   unary(c, "/etcdserverpb.Lease/LeaseRevoke", buf, n, 5000, &call);
@@ -445,7 +474,7 @@ static void test_watch_events(bt_grpc_conn_t *c) {
   run_until(&w.nmsg, 1, 5000);
   is_int(pb_varint(w.last, w.last_len, 3), 1, "Watch: created");
   for (i = 0; i < 3; i++) {
-    char v[8];
+    char v[16];
     snprintf(v, sizeof(v), "e%d", i);
     n = pb_kv(buf, key, v);
     unary(c, "/etcdserverpb.KV/Put", buf, n, 5000, &put);
@@ -463,6 +492,96 @@ static void test_watch_events(bt_grpc_conn_t *c) {
      "a half-closed Watch still gets events");
   bt_grpc_cancel(s);
   is_int(w.err, BT_ECANCELED, "then cancelled");
+}
+
+/* Messages bigger than a frame and a window: a 200 KB Put, then a Range
+ * answering 10 of them (2 MB, over etcd's 64 KB initial h2c window), then
+ * the same Range on a connection that accepts 1 MB messages at most. */
+static void test_big(bt_grpc_conn_t *c, const char *url) {
+  enum { VAL = 200000, NKEYS = 10 };
+  uint8_t *buf = malloc(VAL + 256);
+  uint8_t rq[128];
+  char key[128], end[128];
+  call_t *call = malloc(sizeof(*call));
+  int i, good = 0;
+  size_t kl, n;
+  for (i = 0; i < NKEYS; i++) {
+    snprintf(key, sizeof(key), "%sbig/%d", prefix, i);
+    kl = strlen(key);
+    n = 0;
+    buf[n++] = 0x0a; buf[n++] = (uint8_t) kl;
+    memcpy(buf + n, key, kl); n += kl;
+    buf[n++] = 0x12; n += put_varint(buf + n, VAL);
+    memset(buf + n, 'a' + i, VAL); n += VAL;
+    unary(c, "/etcdserverpb.KV/Put", buf, n, 10000, call);
+    if (call->err == 0 && call->status == 0) good++;
+  }
+  is_int(good, NKEYS, "%d Puts of %d-byte values (requests over many DATA frames)", NKEYS, VAL);
+  /* RangeRequest{key = prefix "big/", range_end = prefix "big0"}. */
+  snprintf(key, sizeof(key), "%sbig/", prefix);
+  snprintf(end, sizeof(end), "%sbig0", prefix);
+  n = 0;
+  rq[n++] = 0x0a; rq[n++] = (uint8_t) strlen(key); memcpy(rq + n, key, strlen(key)); n += strlen(key);
+  rq[n++] = 0x12; rq[n++] = (uint8_t) strlen(end); memcpy(rq + n, end, strlen(end)); n += strlen(end);
+  {
+    bt_grpc_stream_t *s;
+    uint64_t t0 = now_ms();
+    big_len = 0;
+    memset(call, 0, sizeof(*call));
+    bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 20000, &big_cbs, call, &s);
+    bt_grpc_send(s, rq, n, 1);
+    run_until(&call->closed, 1, 20000);
+    ok(call->err == 0 && call->status == 0 && call->nmsg == 1 && big_len > NKEYS * VAL,
+       "a Range of %d such keys: one %zu-byte message in %llu ms", NKEYS, big_len,
+       (unsigned long long) (now_ms() - t0));
+  }
+  {
+    bt_grpc_conn_opts_t o = { 0 };
+    conn_rec_t r;
+    int err;
+    char msg[256];
+    bt_grpc_conn_t *small;
+    o.url = url;
+    o.max_message = 1 << 20;
+    memset(&r, 0, sizeof(r));
+    small = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+    unary(small, "/etcdserverpb.KV/Range", rq, n, 20000, call);
+    ok(call->err == BT_ETOOLARGE && strstr(call->message, "over the limit"),
+       "with max_message 1 MiB: ETOOLARGE (%s)", call->message);
+    unary(small, "/etcdserverpb.KV/Range", buf, pb_kv(buf, "/nokey", NULL), 5000, call);
+    ok(call->err == 0 && call->status == 0, "the connection goes on serving other calls");
+    bt_grpc_close(small);
+    run_until(&r.closed, 1, 5000);
+  }
+  {
+    bt_grpc_stream_t *s;
+    const char *bad1[] = { "Token", "x", NULL }, *bad2[] = { "grpc-x", "x", NULL },
+               *bad3[] = { "token", "a\nb", NULL }, *bad4[] = { "token", NULL };
+    ok(bt_grpc_open(c, "/x.Y/Z", bad1, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad2, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad3, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "/x.Y/Z", bad4, 0, &cbs, call, &s) == BT_EINVAL &&
+       bt_grpc_open(c, "x.Y/Z", NULL, 0, &cbs, call, &s) == BT_EINVAL,
+       "metadata with an upper-case or grpc- name, a control character, no value, "
+       "or a path without '/': EINVAL");
+  }
+  free(buf);
+  free(call);
+}
+
+/* The server ends a stream whose request side is still open (a Watch
+ * sent a malformed message: 13 INTERNAL from etcd's unmarshalling). */
+static void test_server_ends_open_stream(bt_grpc_conn_t *c) {
+  call_t w;
+  bt_grpc_stream_t *s;
+  static const uint8_t junk[] = { 0xff, 0xff, 0xff };
+  memset(&w, 0, sizeof(w));
+  bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &w, &s);
+  bt_grpc_send(s, junk, sizeof(junk), 0);
+  run_until(&w.closed, 1, 5000);
+  ok(w.closed == 1 && w.err == 0 && w.status != 0,
+     "a stream the server ends while ours is open closes with its status (%d %s)", w.status,
+     w.message);
 }
 
 static void test_close_with_streams(const char *url) {
@@ -513,6 +632,54 @@ static void test_closed_before_connected(const char *url) {
   ok(a.closed == 1 && a.err == BT_ECANCELED && a.unsent == 1,
      "closed before connecting: the stream ends ECANCELED and unsent");
   ok(r.closed == 1 && r.ready == 0, "CLOSED without READY");
+}
+
+/* etcd's h2c listener takes PINGs less than 5 s apart as abuse: with a
+ * 200 ms interval under an idle Watch, the 3rd strike gets a GOAWAY
+ * ENHANCE_YOUR_CALM "too_many_pings", then the connection closes. */
+static void test_too_many_pings(const char *url) {
+  bt_grpc_conn_opts_t o = { 0 };
+  conn_rec_t r;
+  call_t w;
+  bt_grpc_stream_t *s;
+  int err;
+  char msg[256];
+  bt_grpc_conn_t *c;
+  o.url = url;
+  o.ping_interval_ms = 200;
+  o.ping_timeout_ms = 2000;
+  memset(&r, 0, sizeof(r));
+  memset(&w, 0, sizeof(w));
+  c = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+  bt_grpc_open(c, "/etcdserverpb.Watch/Watch", NULL, 0, &cbs, &w, &s);
+  run_until(&r.closed, 1, 10000);
+  is_int(r.goaway, 1, "PINGs every 200 ms: etcd sends GOAWAY");
+  ok(strstr(r.goaway_msg, "ENHANCE_YOUR_CALM") && strstr(r.goaway_msg, "too_many_pings"),
+     "the event's message gives the code and debug data: %s", r.goaway_msg);
+  ok(r.closed == 1 && r.closed_err != 0, "then the connection ends (%s)", r.closed_msg);
+  ok(w.closed == 1 && w.err == r.closed_err, "and the Watch with it");
+}
+
+/* Closed while its name is being resolved. */
+static void test_closed_resolving(const char *url) {
+  char u[256];
+  bt_grpc_conn_opts_t o = { 0 };
+  conn_rec_t r;
+  call_t a;
+  bt_grpc_stream_t *s;
+  int err;
+  char msg[256];
+  bt_grpc_conn_t *c;
+  snprintf(u, sizeof(u), "http://localhost%s", strrchr(url, ':'));
+  o.url = u;
+  memset(&r, 0, sizeof(r));
+  memset(&a, 0, sizeof(a));
+  c = bt_grpc_connect(loop, &o, on_event, &r, &err, msg, sizeof(msg));
+  bt_grpc_open(c, "/etcdserverpb.KV/Range", NULL, 1000, &cbs, &a, &s);
+  bt_grpc_close(c);
+  run_until(&r.closed, 1, 5000);
+  ok(r.closed == 1 && r.closed_err == 0 && a.closed == 1 && a.err == BT_ECANCELED,
+     "closed while resolving its name: ECANCELED, then CLOSED");
 }
 
 /* A name, not an IP: uv_getaddrinfo. */
@@ -639,6 +806,22 @@ static void test_scripted(void) {
   run_until(&r.closed, 1, 3000);
   srv_stop(&s);
 
+  /* Trailers-only while our side is open, and no RST_STREAM after them:
+   * the call ends at the trailers. */
+  memset(&s, 0, sizeof(s));
+  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
+  s.on_data = TRAILERS_ONLY_5; s.on_data_len = sizeof(TRAILERS_ONLY_5);
+  srv_start(&s);
+  srv_call_open = 1;
+  c = srv_call(&s, &r, &call, 0, 0);
+  srv_call_open = 0;
+  ok(call.closed == 1 && call.err == 0 && call.status == 5,
+     "the server's trailers end a call whose request side is open (err %d status %d)",
+     call.err, call.status);
+  bt_grpc_close(c);
+  run_until(&r.closed, 1, 3000);
+  srv_stop(&s);
+
   /* A compressed message. */
   {
     static uint8_t script[sizeof(HDR_200) + sizeof(DATA_COMPRESSED)];
@@ -665,14 +848,11 @@ static void test_scripted(void) {
   is_int(r.goaway, 1, "GOAWAY: the event");
   ok(call.closed == 1 && call.err == BT_EUNAVAIL && call.unsent == 1,
      "a stream above last_stream_id ends EUNAVAIL, unsent (%s)", call.message);
-  ok(!bt_grpc_ready(c), "bt_grpc_ready is 0 after GOAWAY");
-  {
-    bt_grpc_stream_t *st;
-    is_int(bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, &call, &st), BT_EUNAVAIL,
-           "and bt_grpc_open gives EUNAVAIL");
-  }
-  bt_grpc_close(c);
+  is_int(r.ready_at_goaway, 0, "bt_grpc_ready is 0 after GOAWAY");
+  is_int(r.open_at_goaway, BT_EUNAVAIL, "and bt_grpc_open gives EUNAVAIL");
   run_until(&r.closed, 1, 3000);
+  ok(r.closed == 1 && r.closed_err == BT_EUNAVAIL,
+     "with no stream left, the connection ends by itself: EUNAVAIL (%s)", r.closed_msg);
   srv_stop(&s);
 
   /* The server closes after reading the request: ECONNRESET, not unsent. */
@@ -692,11 +872,11 @@ static void test_scripted(void) {
   s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
   srv_start(&s);
   t0 = now_ms();
-  c = srv_call(&s, &r, &call, 200, 0);
-  run_until(&r.closed, 1, 3000);
+  c = srv_call(&s, &r, &call, 200, 5000);
+  run_until(&r.closed, 1, 8000);
   is_int(r.closed_err, BT_ETIMEDOUT, "an unanswered PING: ETIMEDOUT");
   ok(strstr(r.closed_msg, "PING") != NULL, "saying so: %s", r.closed_msg);
-  ok(now_ms() - t0 >= 450 && now_ms() - t0 < 1000, "after interval + timeout (%llu ms)",
+  ok(now_ms() - t0 >= 450 && now_ms() - t0 < 2500, "after interval + timeout (%llu ms)",
      (unsigned long long) (now_ms() - t0));
   ok(call.closed == 1 && call.err == BT_ETIMEDOUT, "its stream ends ETIMEDOUT");
   srv_stop(&s);
@@ -734,6 +914,8 @@ int main(void) {
       test_many(c);
       test_bidi(c);
       test_watch_events(c);
+      test_big(c, url);
+      test_server_ends_open_stream(c);
       ok(r.closed == 0 && r.goaway == 0, "the connection stayed up throughout");
       bt_grpc_close(c);
       run_until(&r.closed, 1, 5000);
@@ -741,6 +923,8 @@ int main(void) {
       test_close_with_streams(url);
       test_closed_before_connected(url);
       test_localhost(url);
+      test_closed_resolving(url);
+      test_too_many_pings(url);
     }
   }
   run_for(20);
