@@ -58,6 +58,7 @@ int bt__grpc_deframe(bt__grpc_deframer_t *d, const uint8_t *p, size_t len,
         continue;
       }
     }
+    if (len == 0) return 0;
     if (d->have < d->len) {
       size_t n = d->len - d->have;
       if (n > len) n = len;
