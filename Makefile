@@ -127,19 +127,25 @@ clean:
 #                           passes baton.json.decode makes before cJSON
 #   grpc  fuzz/grpc_fuzz.c  gRPC messages cut out of DATA chunks in any split,
 #                           grpc-message percent-decoding (runtime/core/grpc_frame.c)
-# make fuzz-cron, fuzz-etcd, fuzz-json, fuzz-grpc run one. Each runs on its own corpus
+#   etcdpb fuzz/etcdpb_fuzz.c  a gRPC stream's bytes in arbitrary splits through
+#                           the deframer (runtime/core/grpc_frame.c), each
+#                           message decoded as every etcd message into the
+#                           gateway's JSON and encoded back (etcdpb.c)
+# make fuzz-cron, fuzz-etcd, fuzz-json, fuzz-grpc, fuzz-etcdpb run one. Each runs on its own corpus
 # build/fuzz/<target>/corpus (kept, not committed), seeded from
 # fuzz/corpus/<target>/; crash, leak and timeout inputs are copied to
 # fuzz/regressions/<target>/, which tests/c/test-<target>-fuzz.c replays
 # with the seeds on `make test` (commit them with the fix).
 FUZZ_TIME    ?= 600
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := cron etcd json grpc
+FUZZ_TARGETS := cron etcd json grpc etcdpb
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 $(WARN) -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iruntime/core -I$(GEN)
 FUZZ_SRCS_cron := runtime/core/cron.c runtime/core/tz.c runtime/core/err.c
 FUZZ_SRCS_json := runtime/core/jsonnul.c runtime/core/err.c
 FUZZ_SRCS_grpc := runtime/core/grpc_frame.c runtime/core/err.c
+FUZZ_SRCS_etcdpb := runtime/core/grpc_frame.c runtime/core/etcdpb.c runtime/core/b64.c \
+                    runtime/core/err.c $(GEN)/etcd.pb-c.c
 FUZZ_SRCS_etcd := runtime/core/etcd_pure.c runtime/core/b64.c runtime/core/err.c \
                   runtime/core/etcdpb.c $(GEN)/etcd.pb-c.c runtime/core/http.c
 

@@ -12,6 +12,22 @@
  * omitted), so lua/baton/etcd.lua and everything above it is unchanged.
  * This file converts between that JSON and protobuf, driven by protoc-c's
  * descriptors (one walker for every message, not one function each).
+ *
+ * The descriptors and C structs are protoc-c's, in the generated
+ * "etcd.pb-c.h" (build/gen, on the include path): every message is in
+ * package etcdserverpb, KeyValue and Event too, so a WatchResponse is
+ * Etcdserverpb__WatchResponse and its descriptor
+ * etcdserverpb__watch_response__descriptor.
+ *
+ * JSON in: a field by its .proto name ("range_end", "TTL") or its
+ * lowerCamel JSON name ("rangeEnd"); 64-bit integers as decimal strings or
+ * JSON integers; bytes as padded standard base64; enums by name or number;
+ * null for "not set"; an empty array for an empty message (Lua's {}).
+ * JSON out: the .proto names; 64-bit integers as strings; enums by name
+ * (by number when the .proto names no such value); fields that are zero,
+ * empty or false left out, except a oneof's member; a sub-message that is
+ * present printed even when empty ("header": {}). Fields of a newer etcd
+ * that the .proto does not have are skipped.
  */
 #ifndef BATON_ETCDPB_H
 #define BATON_ETCDPB_H
@@ -34,15 +50,19 @@ typedef struct {
 const bt_etcdpb_method_t *bt_etcdpb_method(const char *path);
 
 /** Packs json (an object in the gateway's form) as message d. Returns 0
- * with *out (malloc'd) and *len, or BT_EINVAL with msg naming the field
- * (an unknown field, a wrong type, bad base64, an unknown enum name),
- * or BT_ENOMEM. */
+ * with *out (malloc'd, also when *len is 0) and *len, or BT_EINVAL with msg
+ * naming the field by its path, e.g. "TxnRequest.success[0].request_put.
+ * lease: an int64 expected (...)" (an unknown field, a wrong type, bad
+ * base64, an unknown enum name, a number out of range, two members of one
+ * oneof, a field given twice), or BT_ENOMEM; *out is NULL then. msg may be
+ * NULL; a short one is cut, always NUL-terminated. */
 int bt_etcdpb_encode(const ProtobufCMessageDescriptor *d, const cJSON *json,
                      uint8_t **out, size_t *len, char *msg, size_t msglen);
 
-/** Unpacks len bytes of message d into the gateway's JSON form. Returns
- * the object (the caller cJSON_Deletes it), or NULL with *err BT_EPROTO
- * (not a valid message) or BT_ENOMEM. */
+/** Unpacks len bytes of message d into the gateway's JSON form (p may be
+ * NULL when len is 0: the empty message). Returns the object (the caller
+ * cJSON_Deletes it), or NULL with *err BT_EPROTO (not a valid message) or
+ * BT_ENOMEM. */
 cJSON *bt_etcdpb_decode(const ProtobufCMessageDescriptor *d, const uint8_t *p,
                         size_t len, int *err);
 

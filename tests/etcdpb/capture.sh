@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/etcdpb/capture.sh: checks runtime/core/etcdpb.c against etcd's own
 # JSON gateway and (re)writes the fixtures of tests/c/test-etcdpb.c
-# (tests/c/etcdpb/) and the seeds of fuzz/grpc_fuzz.c (fuzz/corpus/grpc/).
+# (tests/c/etcdpb/) and the seeds of fuzz/grpc_fuzz.c (fuzz/corpus/etcdpb/).
 #
 # The same scripted requests (tests/etcdpb/capture.js) run twice, each time
 # against a fresh etcd with the same name, ports and cluster token, so that
@@ -46,4 +46,4 @@ run() { # MODE
 run gw
 run grpc
 NODE_PATH=tests/bench/grpc/node_modules node tests/etcdpb/compare.js "$work/pbtool" "$work/gw" "$work/grpc" \
-  ${1:+"$1"} tests/c/etcdpb fuzz/corpus/grpc
+  ${1:+"$1"} tests/c/etcdpb fuzz/corpus/etcdpb
