@@ -277,6 +277,34 @@ static bt_grpc_conn_t *conn_get(bt_etcd_t *c, int ep, int *err, char *msg,
   return cn->g;
 }
 
+/* Opens a stream to endpoint ep. A connection that is going away or has
+ * failed (its CLOSED not yet here) refuses new streams: the stream goes to
+ * a new connection then. Returns 0 or a BT_E* code with msg. */
+static int stream_open(bt_etcd_t *c, int ep, const char *path,
+                       const char *const *md, long timeout_ms,
+                       const bt_grpc_stream_cbs_t *cbs, void *arg,
+                       bt_grpc_stream_t **s, char *msg, size_t msglen) {
+  int err = 0, tries;
+  for (tries = 0; tries < 2; tries++) {
+    bt_grpc_conn_t *g = conn_get(c, ep, &err, msg, msglen);
+    if (!g) {
+      *s = NULL;
+      return err;
+    }
+    err = bt_grpc_open(g, path, md, timeout_ms, cbs, arg, s);
+    if (err != BT_EUNAVAIL) break;
+    if (c->conn[ep]) {
+      c->conn[ep]->goaway = 1;
+      c->conn[ep] = NULL;
+    }
+  }
+  if (err) {
+    *s = NULL;
+    set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], bt_strerror(err));
+  }
+  return err;
+}
+
 /* Metadata for a new stream: the token, and hasleader for the long-lived
  * ones (a member cut off from the leader refuses them, so they move). */
 static const char *const *metadata(bt_etcd_t *c, const char **md, int noauth,
@@ -410,6 +438,12 @@ static void on_call_close(bt_grpc_stream_t *s, int err, int status,
     call_done(call, BT_ECANCELED, NULL, "operation canceled");
     return;
   }
+  if (err == BT_ETOOLARGE) {
+    /* an answer over the transport's limit: the same anywhere */
+    transport_text(c, call->ep, err, message, msg, sizeof(msg));
+    call_done(call, err, NULL, msg);
+    return;
+  }
   if (err) {
     endpoint_failed(c, call->ep);
     if (((call->flags & BT_ETCD_IDEMPOTENT) || unsent) && call_retry(call)) return;
@@ -451,7 +485,6 @@ static void on_call_close(bt_grpc_stream_t *s, int err, int status,
 static int call_send(bt_etcd_call_t *call) {
   static const bt_grpc_stream_cbs_t cbs = { on_call_message, on_call_close };
   bt_etcd_t *c = call->c;
-  bt_grpc_conn_t *g;
   const char *md[8];
   char msg[ERRLEN];
   int err;
@@ -463,24 +496,18 @@ static int call_send(bt_etcd_call_t *call) {
   }
   call->waiting_auth = 0;
   if (call->flags & F_KEEP) return keep_call_send(call);
-  g = conn_get(c, call->ep, &err, msg, sizeof(msg));
-  if (!g) {
+  call->tried++;
+  call->gen = c->token_gen;
+  err = stream_open(c, call->ep, call->m->method,
+                    metadata(c, md, call->flags & F_NOAUTH, 0), call->timeout_ms,
+                    &cbs, call, &call->s, msg, sizeof(msg));
+  if (err) {
     call_defer(call, err, msg);
     return 0;
   }
-  call->tried++;
-  call->gen = c->token_gen;
-  err = bt_grpc_open(g, call->m->method, metadata(c, md, call->flags & F_NOAUTH, 0),
-                     call->timeout_ms, &cbs, call, &call->s);
-  if (!err) {
-    /* Queuing fails only for want of memory; the stream's deadline then
-     * ends it (on a later turn, as callbacks must come). */
-    bt_grpc_send(call->s, call->req, call->len, 1);
-    return 0;
-  }
-  call->s = NULL;
-  snprintf(msg, sizeof(msg), "etcd %s: %s", c->eps[call->ep], bt_strerror(err));
-  call_defer(call, err, msg);
+  /* Queuing fails only for want of memory; the stream's deadline then
+   * ends it (on a later turn, as callbacks must come). */
+  bt_grpc_send(call->s, call->req, call->len, 1);
   return 0;
 }
 
@@ -947,7 +974,6 @@ static void ws_failed(bt_etcd_t *c, int err, const char *msg, int count) {
  * token, or a BT_E* code with msg. */
 static int ws_open(bt_etcd_t *c, char *msg, size_t msglen) {
   static const bt_grpc_stream_cbs_t cbs = { on_ws_message, on_ws_close };
-  bt_grpc_conn_t *g;
   const char *md[8];
   int err;
 
@@ -956,14 +982,9 @@ static int ws_open(bt_etcd_t *c, char *msg, size_t msglen) {
     auth_start(c);
     return 1;
   }
-  g = conn_get(c, c->cur, &err, msg, msglen);
-  if (!g) return err;
-  err = bt_grpc_open(g, M_WATCH, metadata(c, md, 0, 1), 0, &cbs, c, &c->ws);
-  if (err) {
-    c->ws = NULL;
-    set_msg(msg, msglen, "etcd %s: %s", c->eps[c->cur], bt_strerror(err));
-    return err;
-  }
+  err = stream_open(c, c->cur, M_WATCH, metadata(c, md, 0, 1), 0, &cbs, c, &c->ws,
+                    msg, msglen);
+  if (err) return err;
   c->ws_ep = c->cur;
   c->ws_gen = c->token_gen;
   c->ws_last = uv_now(c->loop);
@@ -1334,7 +1355,6 @@ static void ks_failed(bt_etcd_t *c, int err, const char *msg, int count) {
  * waiting for a token, or a BT_E* code with msg. */
 static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
   static const bt_grpc_stream_cbs_t cbs = { on_ks_message, on_ks_close };
-  bt_grpc_conn_t *g;
   const char *md[8];
   int err;
 
@@ -1343,14 +1363,9 @@ static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
     auth_start(c);
     return 1;
   }
-  g = conn_get(c, c->cur, &err, msg, msglen);
-  if (!g) return err;
-  err = bt_grpc_open(g, M_KEEP, metadata(c, md, 0, 1), 0, &cbs, c, &c->ks);
-  if (err) {
-    c->ks = NULL;
-    set_msg(msg, msglen, "etcd %s: %s", c->eps[c->cur], bt_strerror(err));
-    return err;
-  }
+  err = stream_open(c, c->cur, M_KEEP, metadata(c, md, 0, 1), 0, &cbs, c, &c->ks,
+                    msg, msglen);
+  if (err) return err;
   c->ks_ep = c->cur;
   c->ks_gen = c->token_gen;
   return 0;
