@@ -32,9 +32,9 @@ typedef struct {
 } bt_etcd_opts_t;
 
 /* Result of a call, valid during the callback only. json is the response
- * object on success (the "result" member for stream endpoints), and the
- * error body, if any, on failure. msg is a one-line description naming the
- * endpoint, "" on success. */
+ * object on success (in the gateway's form: for "/v3/lease/keepalive" what
+ * the gateway had as "result"), NULL on failure. msg is a one-line
+ * description naming the endpoint, "" on success. */
 typedef struct {
   int err;
   cJSON *json;
