@@ -85,8 +85,10 @@ typedef struct {
   int64_t start_revision;     /* 0 = from now */
   int prev_kv;
   int no_put, no_delete;      /* filters */
-  long idle_ms;               /* reconnect when silent this long; default
-                                 660000 (etcd's 10 min progress + margin) */
+  long idle_ms;               /* created again when silent this long (on
+                                 the next endpoint if the client moved
+                                 there); default 660000 (etcd's 10 min
+                                 progress notifications + margin) */
 } bt_etcd_watch_opts_t;
 
 /* Watch events:
