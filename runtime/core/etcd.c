@@ -24,7 +24,6 @@
 #include "etcdpb.h"
 #include "fence.h"
 #include "grpc.h"
-#include "http.h"
 
 #include <errno.h>
 #include <stdarg.h>
