@@ -6,11 +6,14 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl is compiled against (its header) but not linked: the HTTP client
-# (runtime/core/http.c) loads it with dlopen on a process's first request,
-# so that processes that make none do not pay for mapping it.
-PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libseccomp
-PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libseccomp
+# libcurl and libmicrohttpd are compiled against (their headers) but not
+# linked: the HTTP client (runtime/core/http.c) loads libcurl with dlopen
+# on a process's first request, the HTTP server (runtime/core/httpd.c)
+# libmicrohttpd on its first listen, so that processes that do neither
+# (baton lock, job ls, most eval scripts) do not pay for mapping them and
+# the libraries behind them (~1 ms of start-up each, more for libcurl).
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libseccomp
+PKGS_LINK := luajit libuv libcjson libsodium libseccomp
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type
