@@ -6,13 +6,15 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl is compiled against (its header) but not linked: the HTTP client
-# (runtime/core/http.c) loads it with dlopen on a process's first request,
-# so that processes that make none do not pay for mapping it.
-PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
+# libcurl and libmicrohttpd are compiled against (their headers) but not
+# linked: the HTTP client (runtime/core/http.c) loads libcurl with dlopen
+# on a process's first request, the HTTP server (runtime/core/httpd.c)
+# libmicrohttpd on its first listen, so that processes that do neither
+# (baton lock, job ls, most eval scripts) do not pay for mapping them and
+# the libraries behind them (~1 ms of start-up each, more for libcurl).
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libssl libnghttp2 libseccomp \
             libprotobuf-c
-PKGS_LINK := luajit libuv libcjson libmicrohttpd libsodium libcrypto libssl libnghttp2 libseccomp \
-            libprotobuf-c
+PKGS_LINK := luajit libuv libcjson libsodium libssl libnghttp2 libseccomp libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type

@@ -4,7 +4,10 @@
 # package's metadata and builds $DEBDIR/baton_VERSION_ARCH.deb with
 # dpkg-deb (files owned by root, no fakeroot needed):
 #   Depends     from dpkg-shlibdeps on the program (the libraries it links:
-#               libluajit-5.1-2, libuv1, libcjson1, ... with their versions)
+#               libluajit-5.1-2, libuv1, libcjson1, ... with their versions),
+#               and libmicrohttpd12 (the node's HTTP face; loaded with
+#               dlopen on the server's first listen, so shlibdeps cannot
+#               see it)
 #   Recommends  libcurl4 (loaded with dlopen on the first HTTP request)
 #   conffiles   /etc/default/baton
 #   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
@@ -57,7 +60,7 @@ Version: $VERSION
 Architecture: $arch
 Maintainer: baton maintainers <baton@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$tree" | cut -f1)
-Depends: $depends
+Depends: $depends, libmicrohttpd12
 Recommends: libcurl4
 Suggests: etcd-server, etcd-client
 Section: admin

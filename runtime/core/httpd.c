@@ -47,6 +47,7 @@
 #include "err.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -60,6 +61,74 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* libmicrohttpd is not linked but loaded with dlopen by the first
+ * bt_httpd_listen: linked, it and the GnuTLS libraries behind it (9 shared
+ * objects, with constructors that parse ASN.1 tables) cost every baton
+ * process ~1.2 ms of CPU at start-up, and only `baton node --http` and
+ * scripts that serve HTTP use it. microhttpd.h is used for its types and
+ * constants; every MHD function is called through the table mh, filled by
+ * dlsym. The library is never unloaded. */
+#define MHD_FUNCS(XX)                                                         \
+  XX(add_response_header)                                                     \
+  XX(create_response_from_buffer)                                             \
+  XX(destroy_response)                                                        \
+  XX(get_connection_info)                                                     \
+  XX(get_connection_values_n)                                                 \
+  XX(get_daemon_info)                                                         \
+  XX(get_response_header)                                                     \
+  XX(get_timeout)                                                             \
+  XX(is_feature_supported)                                                    \
+  XX(lookup_connection_value)                                                 \
+  XX(queue_response)                                                          \
+  XX(quiesce_daemon)                                                          \
+  XX(resume_connection)                                                       \
+  XX(run)                                                                     \
+  XX(start_daemon)                                                            \
+  XX(stop_daemon)                                                             \
+  XX(suspend_connection)
+
+static struct {
+#define XX(name) __typeof__(MHD_##name) *name;
+  MHD_FUNCS(XX)
+#undef XX
+} mh;
+
+static int mhd_loaded;           /* 0 not tried, 1 loaded, -1 failed */
+static char mhd_error[256];      /* why it failed, kept for later callers */
+
+/* Loads libmicrohttpd and fills mh, once per process. Returns 0, or -1
+ * with the reason in mhd_error (the same for every later call). */
+static int load_mhd(void) {
+  void *lib;
+  const char *missing = NULL;
+
+  if (mhd_loaded) return mhd_loaded > 0 ? 0 : -1;
+  lib = dlopen("libmicrohttpd.so.12", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    /* Report the soname's failure: the fallback is for odd installs only. */
+    const char *e = dlerror();
+    snprintf(mhd_error, sizeof(mhd_error), "%s", e ? e : "dlopen failed");
+    lib = dlopen("libmicrohttpd.so", RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!lib) {
+    mhd_loaded = -1;
+    return -1;
+  }
+#define XX(name)                                                              \
+  if (!missing &&                                                             \
+      !(mh.name = (__typeof__(MHD_##name) *) dlsym(lib, "MHD_" #name)))       \
+    missing = "MHD_" #name;
+  MHD_FUNCS(XX)
+#undef XX
+  if (missing) {
+    snprintf(mhd_error, sizeof(mhd_error), "libmicrohttpd has no %s", missing);
+    mhd_loaded = -1;
+    return -1;
+  }
+  mhd_loaded = 1;
+  return 0;
+}
 
 #define DEFAULT_MAX_CONNS 4096
 #define FD_MARGIN 1024              /* descriptors kept for everything else */
@@ -143,7 +212,7 @@ static void release_body(bt_httpd_req_t *r) {
 
 static void req_free(bt_httpd_req_t *r) {
   release_body(r);
-  if (r->resp) MHD_destroy_response(r->resp);
+  if (r->resp) mh.destroy_response(r->resp);
   free(r->method);
   free(r->body);
   free(r);
@@ -182,7 +251,7 @@ static struct MHD_Response *make_response(const bt_httpd_t *s,
                                           int *err) {
   struct MHD_Response *resp;
   char **h;
-  resp = MHD_create_response_from_buffer(len, (void *) (body ? body : ""),
+  resp = mh.create_response_from_buffer(len, (void *) (body ? body : ""),
                                          MHD_RESPMEM_MUST_COPY);
   if (!resp) {
     *err = BT_ENOMEM;
@@ -194,17 +263,17 @@ static struct MHD_Response *make_response(const bt_httpd_t *s,
         !strcasecmp(headers[0], MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
         !headers[1][0])
       continue;
-    if (MHD_add_response_header(resp, headers[0], headers[1]) != MHD_YES) {
-      MHD_destroy_response(resp);
+    if (mh.add_response_header(resp, headers[0], headers[1]) != MHD_YES) {
+      mh.destroy_response(resp);
       *err = BT_EINVAL;
       return NULL;
     }
   }
   /* (MHD compares header names without regard to case) */
   for (h = s->headers; h && h[0]; h += 2)
-    if (h[1][0] && !MHD_get_response_header(resp, h[0]) &&
-        MHD_add_response_header(resp, h[0], h[1]) != MHD_YES) {
-      MHD_destroy_response(resp);
+    if (h[1][0] && !mh.get_response_header(resp, h[0]) &&
+        mh.add_response_header(resp, h[0], h[1]) != MHD_YES) {
+      mh.destroy_response(resp);
       *err = BT_ENOMEM;
       return NULL;
     }
@@ -234,8 +303,8 @@ static enum MHD_Result answer_json(bt_httpd_req_t *r, unsigned status,
                        !hangup ? hdrs : hangup == 2 ? hdrs_retry : hdrs_close,
                        json, strlen(json), &err);
   if (!resp) return MHD_NO;
-  ret = MHD_queue_response(r->conn, status, resp);
-  MHD_destroy_response(resp);
+  ret = mh.queue_response(r->conn, status, resp);
+  mh.destroy_response(resp);
   r->state = ST_DONE;
   return ret;
 }
@@ -390,8 +459,8 @@ static enum MHD_Result take_body(bt_httpd_req_t *r, const char *data,
 static enum MHD_Result queue_answer(bt_httpd_req_t *r) {
   enum MHD_Result ret;
   if (r->failed || !r->resp) return MHD_NO;
-  ret = MHD_queue_response(r->conn, r->status, r->resp);
-  MHD_destroy_response(r->resp);
+  ret = mh.queue_response(r->conn, r->status, r->resp);
+  mh.destroy_response(r->resp);
   r->resp = NULL;
   r->state = ST_DONE;
   return ret;
@@ -408,7 +477,7 @@ static enum MHD_Result check(bt_httpd_req_t *r, const char *method,
   r->method = strdup(method);
   if (!r->method) return MHD_NO;
   snprintf(r->version, sizeof(r->version), "%s", version ? version : "");
-  ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  ci = mh.get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   format_addr(ci ? ci->client_addr : NULL, r->remote, sizeof(r->remote));
   if (!s->on_check) return MHD_YES;
   r->in_request = 1;
@@ -431,7 +500,7 @@ static enum MHD_Result dispatch(bt_httpd_req_t *r) {
   s->on_request(r, s->arg);
   r->in_request = 0;
   if (r->resp || r->failed) return queue_answer(r);
-  MHD_suspend_connection(r->conn);
+  mh.suspend_connection(r->conn);
   r->suspended = 1;
   return MHD_YES;
 }
@@ -456,7 +525,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn,
     if (s->closing) return answer_closing(r);
     ret = check(r, method, version, &answered);
     if (answered || ret != MHD_YES) return ret;
-    cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+    cl = mh.lookup_connection_value(conn, MHD_HEADER_KIND,
                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!cl) return MHD_YES;
     /* 413 or 503 before reading any of the body; MHD then closes. */
@@ -475,7 +544,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn,
     return dispatch(r);
   case ST_USER:
     if (r->resp || r->failed) return queue_answer(r);
-    MHD_suspend_connection(conn);
+    mh.suspend_connection(conn);
     r->suspended = 1;
     return MHD_YES;
   default:
@@ -496,7 +565,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
   r->prev = r->next = NULL;
   r->conn = NULL;
   if (r->resp) {
-    MHD_destroy_response(r->resp);
+    mh.destroy_response(r->resp);
     r->resp = NULL;
   }
   if (r->dispatched) {
@@ -548,13 +617,13 @@ static void kick(bt_httpd_t *s) {
   MHD_UNSIGNED_LONG_LONG ms;
   if (!s->d) return;
   s->in_run++;
-  MHD_run(s->d);
+  mh.run(s->d);
   s->in_run--;
   if (s->closing && s->ndispatched == 0) {
     stop(s);
     return;
   }
-  if (MHD_get_timeout(s->d, &ms) != MHD_YES) {
+  if (mh.get_timeout(s->d, &ms) != MHD_YES) {
     uv_timer_stop(&s->timer);
     return;
   }
@@ -594,11 +663,11 @@ static void stop(bt_httpd_t *s) {
   for (r = s->reqs; r; r = r->next)
     if (r->suspended) {
       r->suspended = 0;
-      MHD_resume_connection(r->conn);
+      mh.resume_connection(r->conn);
     }
   /* on_completed runs for every request left: the unanswered ones are
    * detached for their respond. */
-  MHD_stop_daemon(s->d);
+  mh.stop_daemon(s->d);
   s->d = NULL;
 }
 
@@ -754,7 +823,12 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
     snprintf(msg, msglen, "%s: cert and key go together", o->addr);
     return BT_EINVAL;
   }
-  if (o->cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+  if (load_mhd()) {
+    snprintf(msg, msglen, "%s: libmicrohttpd could not be loaded: %s", o->addr,
+             mhd_error);
+    return BT_ENOTSUP;
+  }
+  if (o->cert && mh.is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
     snprintf(msg, msglen, "%s: this libmicrohttpd has no TLS", o->addr);
     return BT_ENOTSUP;
   }
@@ -821,7 +895,7 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
 
   s->start_err = why;
   s->start_err_len = sizeof(why);
-  s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
+  s->d = mh.start_daemon(flags, 0, NULL, NULL, on_access, s,
                           MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
   s->start_err = NULL;
   if (!s->d) {
@@ -834,9 +908,9 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
     srv_free(s);
     return rc;
   }
-  di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+  di = mh.get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
   if (!di || (rc = uv_poll_init(loop, &s->poll, di->epoll_fd))) {
-    MHD_stop_daemon(s->d);
+    mh.stop_daemon(s->d);
     snprintf(msg, msglen, "%s: cannot watch the server's epoll descriptor",
              o->addr);
     srv_free(s);
@@ -859,7 +933,7 @@ void bt_httpd_close(bt_httpd_t *s) {
   MHD_socket lfd;
   if (s->closing) return;
   s->closing = 1;
-  lfd = MHD_quiesce_daemon(s->d);
+  lfd = mh.quiesce_daemon(s->d);
   if (lfd != MHD_INVALID_SOCKET) close(lfd);
   if (s->ndispatched == 0 && !s->in_run) {
     stop(s);
@@ -917,7 +991,7 @@ void bt_httpd_req_headers(const bt_httpd_req_t *r, bt_httpd_header_cb cb,
                           void *arg) {
   hiter_t it = {cb, arg};
   if (!r->conn) return;
-  MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, header_iter, &it);
+  mh.get_connection_values_n(r->conn, MHD_HEADER_KIND, header_iter, &it);
 }
 
 int bt_httpd_respond(bt_httpd_req_t *r, int status,
@@ -949,7 +1023,7 @@ int bt_httpd_respond(bt_httpd_req_t *r, int status,
   r->status = (unsigned) status;
   if (r->suspended) {
     r->suspended = 0;
-    MHD_resume_connection(r->conn);
+    mh.resume_connection(r->conn);
     schedule_kick(r->srv);
   }
   return rc;

@@ -37,6 +37,8 @@ our_etcds() { pgrep -f -- "--data-dir=$tmp/" || true; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/baton-harness-test.XXXXXX")
 cleanup() {
   "$E" destroy "$tmp/one" 2>/dev/null
+  "$E" destroy "$tmp/gw0" 2>/dev/null
+  "$E" destroy "$tmp/gw1" 2>/dev/null
   "$E" destroy "$tmp/auth" 2>/dev/null
   "$E" destroy "$tmp/cluster" 2>/dev/null
   for d in "$tmp"/p?; do "$E" destroy "$d" 2>/dev/null; done
@@ -51,7 +53,7 @@ trap 'exit 143' TERM
 # $(...) returns only when the harness's stdout reaches EOF: if etcd kept it
 # open, timeout would fire here.
 t0=$SECONDS
-url=$(timeout 60 "$E" start "$tmp/one")
+url=$(BATON_ETCD_GATEWAY='' timeout 60 "$E" start "$tmp/one")
 ok $? "start returns (and releases stdout) in $((SECONDS - t0)) s"
 [[ $url =~ ^http://127\.0\.0\.1:[0-9]+$ ]]
 ok $? "start prints one client URL ($url)"
@@ -65,12 +67,32 @@ ok $? "put with etcdctl"
 is "$(etcdctl --endpoints="$url" get /harness/k --print-value-only)" v1 "get with etcdctl"
 is "$("$E" ctl "$tmp/one" get /harness/k --print-value-only)" v1 "etcd ctl DIR"
 
-# The JSON gateway, which is what baton speaks, is up too.
-status=$(curl -s -m 5 -X POST "$url/v3/maintenance/status" -d '{}' 2>/dev/null || true)
+[[ $(etcdctl --endpoints="$url" endpoint status -w json 2>/dev/null) == *'"version":"3.4.'* ]]
+ok $? "etcd 3.4 answers endpoint status (gRPC)"
+
+# BATON_ETCD_GATEWAY: 1 keeps etcd's JSON gateway (/v3/...), 0 starts etcd
+# without it, and a restart keeps the choice. Unset, as "one" was started:
+# no gateway (nothing in baton speaks it).
+gateway() { # URL -> the HTTP status of a gateway request
+  curl -s -o /dev/null -w '%{http_code}' -m 5 -X POST "$1/v3/maintenance/status" -d '{}' 2>/dev/null
+}
 if command -v curl >/dev/null; then
-  [[ $status == *'"version":"3.4.'* ]]
-  ok $? "the JSON gateway answers /v3/maintenance/status"
+  is "$(gateway "$url")" 404 "BATON_ETCD_GATEWAY unset: no JSON gateway"
+  u0=$(BATON_ETCD_GATEWAY=0 timeout 60 "$E" start "$tmp/gw0")
+  u1=$(BATON_ETCD_GATEWAY=1 timeout 60 "$E" start "$tmp/gw1")
+  is "$(gateway "$u0")" 404 "BATON_ETCD_GATEWAY=0: no JSON gateway (/v3/maintenance/status is 404)"
+  is "$(etcdctl --endpoints="$u0" put /harness/gw v >/dev/null 2>&1; echo $?)" 0 \
+    "BATON_ETCD_GATEWAY=0: gRPC works"
+  is "$(gateway "$u1")" 200 "BATON_ETCD_GATEWAY=1: the JSON gateway answers"
+  timeout 60 "$E" restart "$tmp/gw0" >/dev/null
+  is "$(gateway "$u0")" 404 "BATON_ETCD_GATEWAY=0: still none after a restart"
+  "$E" destroy "$tmp/gw0"
+  "$E" destroy "$tmp/gw1"
 else
+  skip "curl not installed"
+  skip "curl not installed"
+  skip "curl not installed"
+  skip "curl not installed"
   skip "curl not installed"
 fi
 

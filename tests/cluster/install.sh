@@ -370,12 +370,12 @@ else
      "package baton, version $version"
   depends=$(dpkg-deb -f "$deb" Depends)
   missing=""
-  for p in libluajit-5.1-2 libuv1 libcjson1; do
+  for p in libluajit-5.1-2 libuv1 libcjson1 libmicrohttpd12; do
     grep -qE "(^|, )$p( |,|$)" <<<"$depends" || missing="$missing $p"
   done
-  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1 ($depends)"
-  # Whatever else the program links (libmicrohttpd once the HTTP server is
-  # in) is there too: every NEEDED library's package is in Depends.
+  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1, libmicrohttpd12 ($depends)"
+  # Whatever else the program links is there too: every NEEDED library's
+  # package is in Depends.
   missing=""
   dpkg-deb -x "$deb" "$tmp/debroot"
   for so in $(objdump -p "$tmp/debroot/usr/bin/baton" | awk '/NEEDED/ { print $2 }'); do

@@ -20,7 +20,7 @@ printf 'extendedKeyUsage=clientAuth\n' > client.ext
 openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 30 -extfile client.ext 2>/dev/null]])
 
 -- etcd's JSON gateway as tests/harness/etcd has it (BATON_ETCD_GATEWAY).
-local gateway_flag = (os.getenv("BATON_ETCD_GATEWAY") or "1") == "0"
+local gateway_flag = (os.getenv("BATON_ETCD_GATEWAY") or "0") == "0"
   and " --enable-grpc-gateway=false" or ""
 
 -- etcd on random free-looking ports; retried if a port was taken.

@@ -30,7 +30,7 @@ local function versions(kind, name)
   return ok and v or {}
 end
 
--- baton._sha256 (libcrypto): the empty string, and bytes with a NUL
+-- baton._sha256 (libsodium): the empty string, and bytes with a NUL
 T.is(baton._sha256(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "sha256 of \"\"")
 F.write(c.dir .. "/nul.bin", "a\0b\n")
 T.is(baton._sha256("a\0b\n"), sha256sum(c.dir .. "/nul.bin"), "sha256 of bytes with a NUL, as sha256sum")

@@ -1,0 +1,64 @@
+-- What a baton process maps at start and what it loads on first use: the
+-- libraries that only some processes need are loaded with dlopen when
+-- first used, so that `baton lock`, `baton job ls` and `baton eval` of most
+-- scripts do not pay for them (~1 ms of start-up each; libcurl's are
+-- tested in http-libcurl.lua). And when one cannot be loaded, the call
+-- that needs it says so, with the reason, instead of the process failing
+-- to start.
+local T = require "tap"
+local files = require "lib.files"
+
+local function mapped(lib)
+  local maps = files.read("/proc/self/maps")
+  if not maps then return nil end
+  return maps:find(lib, 1, true) ~= nil
+end
+
+if mapped("libc.so") == nil then
+  return T.skip_all("no /proc/self/maps here")
+end
+T.is(mapped("libmicrohttpd"), false, "a fresh process has not mapped libmicrohttpd")
+T.is(mapped("libgnutls"), false, "nor GnuTLS, which it pulls in")
+T.is(mapped("libcrypto"), false, "nor OpenSSL's libcrypto (SHA-256 is libsodium's)")
+T.is(baton._sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+  "SHA-256 of \"abc\" (FIPS 180-2's example)")
+
+-- the server loads libmicrohttpd on its first listen, and serves
+local srv, err = baton.httpd.listen{addr = "127.0.0.1:0", handler = function(req)
+  req:respond(200, nil, "hi")
+end}
+T.ok(srv, "listen: " .. tostring(err))
+T.is(mapped("libmicrohttpd"), true, "listen loaded libmicrohttpd")
+if srv then
+  local r = baton.http{url = "http://127.0.0.1:" .. srv.port .. "/", timeout = 5}
+  T.is(r and r.body, "hi", "and the server answers")
+  srv:close()
+end
+
+-- A libmicrohttpd that cannot be loaded: files that are not shared objects
+-- found first through LD_LIBRARY_PATH, under both names baton tries.
+local bin = os.getenv("BATON_BIN")
+if not bin or bin == "" then
+  T.skip("BATON_BIN is not set", 3)
+else
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(baton.exec{"mkdir", "-p", dir})
+  files.write(dir .. "/libmicrohttpd.so.12", "not a library\n")
+  files.write(dir .. "/libmicrohttpd.so", "not a library either\n")
+  files.write(dir .. "/t.lua", [[
+    print(baton.httpd.listen{addr = "127.0.0.1:0", handler = function() end})
+    print(baton.httpd.listen{addr = "127.0.0.1:0", handler = function() end})
+  ]])
+  local res = baton.exec{bin, "eval", dir .. "/t.lua", timeout = 30,
+                         env = {LD_LIBRARY_PATH = dir}}
+  T.is(res and res.code, 0, "the process runs to its end: " .. tostring(res and res.stderr))
+  local out = res and res.stdout or ""
+  local l1, l2 = out:match("([^\n]*)\n([^\n]*)")
+  T.like(l1, "^nil\tENOTSUP: 127%.0%.0%.1:0: libmicrohttpd could not be loaded: .*libmicrohttpd%.so%.12.*\tENOTSUP$",
+    "listen says libmicrohttpd could not be loaded, and why")
+  T.is(l2, l1, "and says it again on the next try")
+  baton.exec{"rm", "-rf", dir}
+end
+
+T.done()
