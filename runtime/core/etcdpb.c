@@ -157,6 +157,7 @@ typedef struct {
   size_t msglen;
   char path[256];   /* "TxnRequest.success[0].request_put" */
   size_t plen;
+  int depth;        /* messages open */
 } enc_t;
 
 static int fail(enc_t *e, const char *fmt, ...) {
@@ -426,9 +427,12 @@ static int enc_message(enc_t *e, const ProtobufCMessageDescriptor *d,
   if (cJSON_IsArray(j) && cJSON_GetArraySize(j) == 0) j = NULL;
   else if (!cJSON_IsObject(j))
     return fail(e, "an object (%s) expected, got %s", d->short_name, json_type(j));
+  if (e->depth >= BT_ETCDPB_MAX_DEPTH)
+    return fail(e, "nested deeper than %d messages", BT_ETCDPB_MAX_DEPTH);
   if (!(m = malloc(d->sizeof_message))) return BT_ENOMEM;
   protobuf_c_message_init(d, m);
   *out = m;
+  e->depth++;
   memset(seen, 0, sizeof(seen));
   for (it = j ? j->child : NULL; it; it = it->next) {
     const ProtobufCFieldDescriptor *f;
@@ -445,6 +449,7 @@ static int enc_message(enc_t *e, const ProtobufCMessageDescriptor *d,
     if ((rc = enc_field(e, m, f, it))) return rc;
     pop(e, old);
   }
+  e->depth--;
   return 0;
 }
 
@@ -602,6 +607,57 @@ static cJSON *dec_value(const ProtobufCFieldDescriptor *f, const void *slot) {
   return cJSON_CreateNull();
 }
 
+/* protobuf-c's unpack recurses once per nested message, without a limit:
+ * a few hundred kilobytes of nested ResponseOps and TxnResponses would
+ * overflow the stack. Returns 1 when the message nests deeper than
+ * BT_ETCDPB_MAX_DEPTH, reading only tags and lengths (each byte once);
+ * other malformations are left for unpack to find. */
+static size_t varint(const uint8_t *p, size_t len, uint64_t *v) {
+  size_t i;
+  *v = 0;
+  for (i = 0; i < len && i < 10; i++) {
+    *v |= (uint64_t) (p[i] & 0x7f) << (7 * i);
+    if (!(p[i] & 0x80)) return i + 1;
+  }
+  return 0;
+}
+
+static int too_deep(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                    size_t len, int depth) {
+  if (depth > BT_ETCDPB_MAX_DEPTH) return 1;
+  while (len) {
+    uint64_t tag, v;
+    size_t n = varint(p, len, &tag), k;
+    if (!n) return 0;
+    p += n;
+    len -= n;
+    switch (tag & 7) {
+    case 0:
+      if (!(n = varint(p, len, &v))) return 0;
+      break;
+    case 1: n = 8; break;
+    case 5: n = 4; break;
+    case 2: {
+      const ProtobufCFieldDescriptor *f = NULL;
+      if (!(k = varint(p, len, &v)) || v > len - k) return 0;
+      if (tag >> 3 <= 0x1fffffff)
+        f = protobuf_c_message_descriptor_get_field(d, (unsigned) (tag >> 3));
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+          too_deep(f->descriptor, p + k, (size_t) v, depth + 1))
+        return 1;
+      n = k + (size_t) v;
+      break;
+    }
+    default:
+      return 0;
+    }
+    if (n > len) return 0;
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
 /* protobuf-c's unpack returns NULL both for malformed input and for a
  * failed allocation: this allocator tells them apart. */
 static void *dec_alloc(void *data, size_t n) {
@@ -622,6 +678,10 @@ cJSON *bt_etcdpb_decode(const ProtobufCMessageDescriptor *d, const uint8_t *p,
   ProtobufCMessage *m;
   cJSON *j;
   static const uint8_t empty[1];
+  if (p && too_deep(d, p, len, 1)) {
+    if (err) *err = BT_EPROTO;
+    return NULL;
+  }
   m = protobuf_c_message_unpack(d, &a, len, p ? p : empty);
   if (!m) {
     if (err) *err = oom ? BT_ENOMEM : BT_EPROTO;

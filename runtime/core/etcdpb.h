@@ -54,15 +54,21 @@ const bt_etcdpb_method_t *bt_etcdpb_method(const char *path);
  * naming the field by its path, e.g. "TxnRequest.success[0].request_put.
  * lease: an int64 expected (...)" (an unknown field, a wrong type, bad
  * base64, an unknown enum name, a number out of range, two members of one
- * oneof, a field given twice), or BT_ENOMEM; *out is NULL then. msg may be
+ * oneof, a field given twice, nesting deeper than BT_ETCDPB_MAX_DEPTH), or
+ * BT_ENOMEM; *out is NULL then. msg may be
  * NULL; a short one is cut, always NUL-terminated. */
 int bt_etcdpb_encode(const ProtobufCMessageDescriptor *d, const cJSON *json,
                      uint8_t **out, size_t *len, char *msg, size_t msglen);
 
+/* Messages nested deeper than this are refused, by bt_etcdpb_decode
+ * (protobuf-c's unpack would recurse past the stack) and by
+ * bt_etcdpb_encode; a transaction in a transaction takes two levels. */
+#define BT_ETCDPB_MAX_DEPTH 100
+
 /** Unpacks len bytes of message d into the gateway's JSON form (p may be
  * NULL when len is 0: the empty message). Returns the object (the caller
- * cJSON_Deletes it), or NULL with *err BT_EPROTO (not a valid message) or
- * BT_ENOMEM. */
+ * cJSON_Deletes it), or NULL with *err BT_EPROTO (not a valid message, or
+ * nested deeper than BT_ETCDPB_MAX_DEPTH) or BT_ENOMEM. */
 cJSON *bt_etcdpb_decode(const ProtobufCMessageDescriptor *d, const uint8_t *p,
                         size_t len, int *err);
 

@@ -320,10 +320,9 @@ static void test_errors(void) {
            BT_EINVAL, "no message buffer: still BT_EINVAL");
     cJSON_Delete(j);
   }
-  /* a path too long for the error's buffer */
-  {
-    char json[4096] = "", want[64];
-    int depth = 60;
+  /* a path too long for the error's buffer; nesting too deep */
+  for (int depth = 40; depth <= 60; depth += 20) {
+    char json[4096] = "";
     for (int i = 0; i < depth; i++) strcat(json, "{\"request_txn\":{\"success\":[");
     strcat(json, "{\"x\":1}");
     for (int i = 0; i < depth; i++) strcat(json, "]}}");
@@ -331,14 +330,14 @@ static void test_errors(void) {
     uint8_t *buf;
     size_t len;
     char msg[400];
+    const char *want = depth == 40 ? "...: unknown field" : "...: nested deeper than 100 messages";
     cJSON *arr = cJSON_CreateArray();
     cJSON_AddItemToArray(arr, j);
     cJSON_AddItemToObject(top, "success", arr);
     is_int(bt_etcdpb_encode(method("/v3/kv/txn")->req, top, &buf, &len, msg, sizeof msg),
-           BT_EINVAL, "an error 60 transactions deep");
-    snprintf(want, sizeof want, "...: unknown field");
+           BT_EINVAL, "an error %d transactions deep", depth);
     ok(strlen(msg) < 300 && strstr(msg, want) && strncmp(msg, "TxnRequest.success[0]", 21) == 0,
-       "... its path is cut with \"...\": %.60s...", msg);
+       "... its path is cut with \"...\": %.40s...%s", msg, strstr(msg, "...:") ? strstr(msg, "...:") : "");
     cJSON_Delete(top);
   }
 }
@@ -371,6 +370,47 @@ static void test_decode_errors(void) {
     is_str(s, "{\"more\":true}", "unknown fields are skipped");
     free(s);
     cJSON_Delete(j);
+  }
+}
+
+/* levels nested ResponseOps and TxnResponses (a txn in a txn in ...),
+ * built inside out; returns the bytes of the outer one. */
+static uint8_t *nested(int levels, size_t *len) {
+  size_t cap = (size_t) levels * 12 + 16, n = 0;
+  uint8_t *buf = malloc(cap), *tmp = malloc(cap), *t;
+  for (int i = 0; i + 1 < levels; i++) {
+    uint8_t hdr[12];
+    size_t h = 0, v = n;
+    hdr[h++] = i % 2 == 0 ? 0x22 : 0x1a;  /* response_txn = 4, responses = 3 */
+    while (v >= 0x80) { hdr[h++] = (uint8_t) (v | 0x80); v >>= 7; }
+    hdr[h++] = (uint8_t) v;
+    memcpy(tmp, hdr, h);
+    memcpy(tmp + h, buf, n);
+    n += h;
+    t = buf; buf = tmp; tmp = t;
+  }
+  free(tmp);
+  *len = n;
+  return buf;
+}
+
+/* protobuf-c's unpack recursed past the stack on deep nesting (a crash at
+ * 100,000 levels, 400 KB): decode refuses it first. */
+static void test_depth(void) {
+  static const int levels[] = {BT_ETCDPB_MAX_DEPTH, BT_ETCDPB_MAX_DEPTH + 1, 1000000};
+  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+    size_t len;
+    uint8_t *p = nested(levels[i], &len);
+    const ProtobufCMessageDescriptor *d = levels[i] % 2 ? &etcdserverpb__txn_response__descriptor
+                                                        : &etcdserverpb__response_op__descriptor;
+    int err = 0;
+    cJSON *j = bt_etcdpb_decode(d, p, len, &err);
+    if (levels[i] <= BT_ETCDPB_MAX_DEPTH)
+      ok(j != NULL, "%d levels of nested messages decode", levels[i]);
+    else
+      ok(!j && err == BT_EPROTO, "%d levels (%zu bytes) are refused, BT_EPROTO", levels[i], len);
+    cJSON_Delete(j);
+    free(p);
   }
 }
 
@@ -456,6 +496,7 @@ int main(void) {
   test_bytes();
   test_errors();
   test_decode_errors();
+  test_depth();
   test_captured();
   return tap_done();
 }
