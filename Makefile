@@ -12,9 +12,9 @@ BIN      ?= bin/baton
 # libmicrohttpd on its first listen, so that processes that do neither
 # (baton lock, job ls, most eval scripts) do not pay for mapping them and
 # the libraries behind them (~1 ms of start-up each, more for libcurl).
-PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libssl libnghttp2 libseccomp \
+PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libssl libcrypto libnghttp2 libseccomp \
             libprotobuf-c
-PKGS_LINK := luajit libuv libcjson libsodium libssl libnghttp2 libseccomp libprotobuf-c
+PKGS_LINK := luajit libuv libcjson libsodium libssl libcrypto libnghttp2 libseccomp libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type
