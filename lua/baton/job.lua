@@ -15,8 +15,8 @@
 local baton = require "baton"
 local events = require "baton.events"
 
-local type, pairs, ipairs, next, tostring, tonumber = type, pairs, ipairs, next, tostring, tonumber
-local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, rawget, select
+local type, pairs, ipairs, next, tostring = type, pairs, ipairs, next, tostring
+local pcall, error, setmetatable, rawget = pcall, error, setmetatable, rawget
 local format, byte, floor, huge = string.format, string.byte, math.floor, math.huge
 local sort, concat = table.sort, table.concat
 local loadstring, setfenv = loadstring, setfenv
@@ -367,12 +367,12 @@ local function check_positive(v)
   if not is_finite(v) or v <= 0 then return format("must be a number of seconds > 0, got %s", tostring(v)) end
 end
 
-local function check_enum(field)
+local function check_enum(name)
   return function(v)
     local e = want_type(v, "string")
     if e then return e end
-    for _, x in ipairs(ENUMS[field]) do if v == x then return nil end end
-    return format("must be %s, got %s", one_of(ENUMS[field]), qs(v))
+    for _, x in ipairs(ENUMS[name]) do if v == x then return nil end end
+    return format("must be %s, got %s", one_of(ENUMS[name]), qs(v))
   end
 end
 

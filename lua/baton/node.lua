@@ -82,8 +82,8 @@ end
 -- hot-reloaded), else shipped in lua/baton/policies/, else the default.
 local function policy_for(self, spec)
   local name = spec.policy or "default"
-  local stored = self.policies[name]
-  if stored then return stored.mod end
+  local entry = self.policies[name]
+  if entry then return entry.mod end
   return policymod.builtin(name) or policymod.builtin("default")
 end
 
@@ -363,11 +363,11 @@ M.STATUS_TXN, M.STATUS_INFLIGHT = 128, 8
 -- not retried here, as a single one is not: the status is advisory, and
 -- the next listing or reload writes it again.)
 local function flush_status(self, wait)
-  local batch = self.status_batch or {}
+  local writes = self.status_batch or {}
   if self.status_batch then self.status_batch = {} end
-  for i = 1, #batch, M.STATUS_TXN do
+  for i = 1, #writes, M.STATUS_TXN do
     local ops = {}
-    for k = i, math.min(i + M.STATUS_TXN - 1, #batch) do ops[#ops + 1] = batch[k] end
+    for k = i, math.min(i + M.STATUS_TXN - 1, #writes) do ops[#ops + 1] = writes[k] end
     while self.status_inflight >= M.STATUS_INFLIGHT do baton.sleep(0.002) end
     self.status_inflight = self.status_inflight + 1
     self.go(function()
@@ -644,7 +644,7 @@ local function list_all(self)
   -- The listing's pages and their decoded copies are garbage now; collect
   -- them at once and hand the C heap's free pages back, so that a node that
   -- loaded a large store starts small.
-  r, others, page = nil, nil, nil
+  r, others, page = nil, nil, nil -- luacheck: ignore 311 (unreferenced for the collector)
   baton._release_memory()
   self.listed = true
   return rev_of_listing
@@ -759,9 +759,9 @@ local function follow(self)
       for _, w in ipairs(watchers) do
         self.go(function()
           while not self.stopping and not compacted do
-            local evs, _, code = w:next()
+            local evs, _, wcode = w:next()
             if not evs then
-              if code == "ECOMPACTED" then
+              if wcode == "ECOMPACTED" then
                 log("warn", "watch compacted; listing the store again", {})
               end
               compacted = true

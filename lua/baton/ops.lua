@@ -25,7 +25,6 @@ local baton = require "baton"
 local U = require "baton.cli.util"
 local job = require "baton.job"
 local policy = require "baton.policy"
-local events = require "baton.events"
 local cycles = require "baton.cli.cycles"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
@@ -1049,12 +1048,12 @@ function M.queue_tasks(text, name)
   name = name or "the input"
   if type(text) ~= "string" then return fail("EINVAL: the tasks must be a string", "EINVAL") end
   local first = text:find("%S")
-  local values, where = {}, nil
+  local values, where = {}
   if first and text:sub(first, first) == "[" then
     -- (\u0000 read as U+FFFD, not cut short: refused below, naming the element)
     local arr, jerr = json.decode(text, { nul = "replace" })
     -- The elements' own text, between the commas of the array's level.
-    local spans, i, stop = {}, first + 1, nil
+    local spans, i, stop = {}, first + 1
     if arr ~= nil and type(arr) == "table" then
       if text:find("^%s*%]", i) then
         stop = text:find("]", i, true)
@@ -1196,11 +1195,11 @@ function M.queue_push_many(queue, values, where)
       end
     end
     if not applied then
-      local stored = first - 1
+      local nstored = first - 1
       local kept = {}
-      for k = 1, stored do kept[k] = keys[k] end
+      for k = 1, nstored do kept[k] = keys[k] end
       return nil, format("%s; %d of %d tasks were stored (the first %d of the input), the rest were not",
-        tostring(err), stored, n, stored), code or "EIO", { stored = stored, keys = json.array(kept) }
+        tostring(err), nstored, n, nstored), code or "EIO", { stored = nstored, keys = json.array(kept) }
     end
     rev = (r and r.succeeded) and r.revision or rev
   end

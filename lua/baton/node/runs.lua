@@ -38,7 +38,6 @@
 -- creates the lease-bound marker. A node never claims, records or fences on
 -- a session it has declared lost (M.session).
 local baton = require "baton"
-local util = require "baton.cli.util"
 local events = require "baton.events"
 local json = baton.json
 
@@ -298,7 +297,7 @@ function M.claim(self, run, opts)
   opts = opts or {}
   local s = M.session(self)
   if not s then return nil end
-  local P, e, spec, prev = self.P, self.e, run.spec, opts.prev
+  local P, spec, prev = self.P, run.spec, opts.prev
   local k = M.keys(P, run.job, run.id)
   self.claims = (self.claims or 0) + 1
   local token = format("%s:%s:%d", self.name, s.lease, self.claims)
@@ -491,7 +490,8 @@ function M.record_end(e, P, run, fence, rec, opts)
     attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
     started = rec.started, finished = rec.finished, error = rec.error, fence = fence }
   rec.mod_revision, rec.token = nil, nil
-  local ops, last = { { put = { key = k.run } }, { delete = { key = k.marker } } }, nil
+  local ops = { { put = { key = k.run } }, { delete = { key = k.marker } } }
+  local last
   if rec.retry_at then
     rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode({
@@ -499,7 +499,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     last = M.last_op(P, run.job, run.id, rec, run.last_known)
     ops[#ops + 1] = last
   else
-    _, last = M.final_ops(P, run, ops, rec)
+    last = select(2, M.final_ops(P, run, ops, rec))
   end
   local reg = M.last_register(P, run.job, run.id, last)
   ops[1].put.value = json.encode(rec, TEXT)
@@ -522,9 +522,9 @@ function M.record_end(e, P, run, fence, rec, opts)
         -- not applied: write again
       else
         local ok, now = pcall(json.decode, kv and kv.value or "")
-        local last = ok and type(now) == "table" and type(now.attempts) == "table"
+        local latest = ok and type(now) == "table" and type(now.attempts) == "table"
           and now.attempts[#now.attempts]
-        return last and last.fence == fence and kv.mod_revision or nil
+        return latest and latest.fence == fence and kv.mod_revision or nil
       end
     end
     baton.sleep(0.3)
@@ -691,7 +691,7 @@ local function execute_counted(self, run, fence, rec, release)
   release()
   if not ok then
     log("error", "a run's attempt failed inside the node", fields_of(self, run, { error = state }))
-    state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*")
+    state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*"), nil
   end
   local delay, final = next_step(self, run, rec, state, why, unfit)
   rec.finished, rec.error, rec.fence = self.now(), why, fence
@@ -800,12 +800,12 @@ function M.start(self, run, opts)
   if opts.turn == "later" and M.taken_elsewhere(self, run.job, run.id) then return false end
   -- (the slot is held from here on, and given back however this ends:
   -- Pool:with_slot)
-  local ok, taken, ran = pcall(self.pool.with_slot, self.pool, fire, start_in_slot, self, run, opts)
+  local ok, took, ran = pcall(self.pool.with_slot, self.pool, fire, start_in_slot, self, run, opts)
   if not ok then
-    log("error", "starting a run failed", fields_of(self, run, { error = taken }))
+    log("error", "starting a run failed", fields_of(self, run, { error = took }))
     return false
   end
-  return taken and ran or false
+  return took and ran or false
 end
 
 -- Stops a local run on request (a cancel/ key with value, see the top of
