@@ -306,6 +306,32 @@ end
 -- at most a second, so a wall-clock step is noticed within a second. Idle,
 -- a node wakes once a second whatever the number of jobs. An entry whose
 -- job was replaced or removed is dropped when it comes up.
+--
+-- Time and clock steps (what this loop does; cron.h has the DST rules):
+-- - Instants are absolute: each entry holds the next instant of its job
+--   after a time (spec.cron:next), in epoch seconds by self.now(), and the
+--   loop waits for the earliest one. Nothing "sleeps until 02:00".
+-- - self.now() is the cluster's median clock riding on the monotonic clock
+--   (node/clock.lua): a step of this machine's own wall clock does not move
+--   it. It moves when the other clocks do, through new samples: back at
+--   once, forward by more than clock.TOLERANCE only once the move has held.
+--   Until the offset is known the loop does not start (clock.wait, at most
+--   2 x TTL); if it stays unknown, self.now() is the uncorrected wall clock
+--   (baton.now) and this machine's clock steps do move it.
+-- - Forward (a stall of the loop, a suspend, self.now() moving forward): an
+--   entry that is late fires once, with the instant that was due, and is
+--   put back at its next instant after max(that instant, now - 1): the
+--   instant of the current second, when there is one, fires next, at once.
+--   The instants in between are not run here; they are the leader's misfire
+--   accounting (node/leader.lua).
+-- - Backward: computed instants are kept, so nothing fires twice; an entry
+--   waits until self.now() reaches its instant again. There is no threshold
+--   beyond which the entries are computed afresh: after a backward move of
+--   hours, cron jobs wait those hours.
+-- - @every: the next instant is the previous one plus the interval (the
+--   first: when the job was loaded plus the interval; after a forward move,
+--   now - 1 plus the interval), on self.now(): it moves when self.now() does.
+-- - @manual and queue jobs have no entry.
 local function sooner(a, b) return a.fire < b.fire end
 
 -- Puts the next instant of job version j after `after` on the timetable.
