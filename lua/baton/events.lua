@@ -1,4 +1,5 @@
--- Event-triggered jobs (design.md section 6, `on`). A job that declares
+-- Event-triggered jobs (docs/jobs.md, "Events: jobs that run on other jobs'
+-- outcomes"; `on`). A job that declares
 --
 --   on = { failed = { "backup", "report" }, succeeded = { "extract" }, skipped = { "*" } }
 --

@@ -1,4 +1,4 @@
--- The job loader and validator (design.md section 6), pure Lua and
+-- The job loader and validator (docs/jobs.md), pure Lua and
 -- synchronous: nothing here waits, so the node can call it from a watch
 -- handler and the CLI before it writes anything.
 --
@@ -71,7 +71,7 @@ local ALIASES = {
   workdir = "cwd", dir = "cwd", directory = "cwd", working_dir = "cwd", chdir = "cwd",
   environment = "env", environ = "env",
 }
--- The functions of a scheduling policy (design.md section 8).
+-- The functions of a scheduling policy (docs/policies.md, "The interface").
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
 
 local NAME_PATTERN = "^[%w][%w_.-]*$"
@@ -124,10 +124,10 @@ M.did_you_mean = did_you_mean
 -- the environment of a job
 
 -- Read-only views of the standard libraries and of baton, shared by every
--- job: a job reads string.format or baton.etcd through them and cannot
--- change them for the others. (pairs() over a view sees nothing: it is a
--- proxy. This is isolation between jobs, not a security sandbox: a worker
--- process is the containment boundary, design.md section 3.)
+-- job: a job reads string.format or baton.etcd through them and cannot change
+-- them for the others. (pairs() over a view sees nothing: it is a proxy. This
+-- is isolation between jobs, not a security sandbox: a worker process is the
+-- containment boundary: docs/architecture.md, "The pieces".)
 local views = {}
 local function view(name, t)
   local v = views[name]

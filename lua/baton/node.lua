@@ -1,4 +1,4 @@
--- The conductor of `baton node` (design.md sections 3, 7, 9).
+-- The conductor of `baton node` (docs/architecture.md).
 --
 -- One process per machine: a session lease, registration at P nodes/<name>,
 -- a campaign in the cluster election, the job store (list, then watch from
@@ -577,8 +577,8 @@ end
 -- applied out of order, and what the next listing finds unchanged costs
 -- nothing (apply_job skips a revision it has). Returns the revision. (It
 -- runs at the node's usual GC pause: a page's garbage is small, and a
--- pause of 100 while the heap grows by every job made the collector go
--- over it again and again: 100,000 jobs, 7.3 s of CPU instead of 6.0.)
+-- smaller pause while the heap grows by every job makes the collector go
+-- over it again and again.)
 local function list_all(self)
   local P, e = self.P, self.e
   local jobs_end = require("baton.etcd").prefix_end(P .. "jobs/")
@@ -732,12 +732,12 @@ end
 -- How much the collector does per step, for each byte allocated, while the
 -- node makes a burst of garbage: listing the job store, or the leader's
 -- first misfire check reading every job's newest records (gc_burst). At
--- Lua's default, 200, such a burst outran it: with 100,000 jobs the heap
--- peaked at 240 MB for 106 MB live, and LuaJIT's allocator keeps what it
--- once took from the OS (RSS 266-277 MB after the first check, over the
--- 256 MB this size is meant to fit in). At 600 to 1000 it was 217-251 MB,
--- for about the same CPU: each cycle does the same work, sooner. (Outside
--- bursts the default stays: a busy node's garbage is steady.)
+-- Lua's default, 200, such a burst outruns it: the heap peaks at more than
+-- twice what is live, and LuaJIT's allocator keeps what it once took from
+-- the OS, so the node stays that large. A larger multiplier keeps the peak
+-- near what is live for about the same CPU: each cycle does the same work,
+-- sooner. (Outside bursts the default stays: a busy node's garbage is
+-- steady.)
 M.GC_BURST_STEPMUL = 800
 M.GC_STEPMUL = 200
 

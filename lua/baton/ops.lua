@@ -1,8 +1,8 @@
 -- The operations that `baton job|policy|queue|nodes|leader` and the node's
 -- HTTP API (node/http.lua, docs/api.md) share, as data: each takes plain
--- arguments, reads and writes etcd under the prefix (design.md section 9),
--- and returns plain data -- the CLI's --json output and the API's response
--- bodies are these values -- or, luv style,
+-- arguments, reads and writes etcd under the prefix (docs/architecture.md,
+-- "Key layout"), and returns plain data -- the CLI's --json output and the
+-- API's response bodies are these values -- or, luv style,
 --
 --   nil, "ECODE: message", "ECODE" [, {invalid = true}]
 --
@@ -985,7 +985,7 @@ end
 
 -- queue_push(queue, value) --> {queue, key, revision}: a task under
 -- P queue/<queue>/<id>, id = <unix ms, 13 digits>-<16 random hex digits>
--- (design.md section 7.3), created only if absent.
+-- (docs/guide.md, "5. Queues"), created only if absent.
 function M.queue_push(queue, value)
   if not job.valid_name(queue) then
     return fail(format("EINVAL: invalid queue name \"%s\" (%s)", tostring(queue), U.NAME_RULE), "EINVAL")

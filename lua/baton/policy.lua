@@ -1,4 +1,4 @@
--- Scheduling policies (design.md section 8, docs/policies.md): loading a
+-- Scheduling policies (docs/policies.md): loading a
 -- policy's source, calling its decisions safely, and the built-ins.
 --
 --   local policy = require "baton.policy"
@@ -35,8 +35,8 @@ M.LOAD_BUDGET = 1e7
 M.CALL_BUDGET = 2e7
 M.SELFTEST_BUDGET = 5e7
 
--- The decisions (design.md section 8), and everything a policy table may
--- hold.
+-- The decisions (docs/policies.md, "The interface"), and everything a policy
+-- table may hold.
 M.DECISIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
 M.FIELDS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan", "selftest", "description" }
 local ALIASES = {

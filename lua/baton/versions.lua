@@ -4,12 +4,13 @@
 --   P versions/<job>/<revision>             one entry per put/rm of P jobs/<job>
 --   P policy-versions/<policy>/<revision>   the same for P policies/<policy>
 --
--- (the jobs' log is design.md section 9's key; jobs and policies may share
--- names, so the policies' log has a prefix of its own, as policy-status/
--- beside status/.) <revision> is the etcd revision of the put or delete. An
--- entry's value is one line of JSON -- {op, author, time, sha256, revision,
--- size, etcd_user?} -- then "\n" and the source as stored (nothing for an
--- rm): the source outlives etcd's compaction, and needs no escaping.
+-- (the jobs' log is a key of docs/architecture.md's "Key layout"; jobs and
+-- policies may share names, so the policies' log has a prefix of its own, as
+-- policy-status/ beside status/.) <revision> is the etcd revision of the put
+-- or delete. An entry's value is one line of JSON -- {op, author, time,
+-- sha256, revision, size, etcd_user?} -- then "\n" and the source as stored
+-- (nothing for an rm): the source outlives etcd's compaction, and needs no
+-- escaping.
 --
 -- baton.ops records an entry after each put_job/put_policy/rm_job/rm_policy
 -- (record below), in a txn that follows the write and prunes the log to the

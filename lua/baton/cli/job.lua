@@ -1,8 +1,9 @@
--- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (design.md
--- sections 4 and 9). Everything here reads and writes etcd keys under the
--- prefix; the node does the scheduling. The reads and writes are those of
--- baton.ops, which the node's HTTP API shares; this file parses arguments
--- and formats (the --json output is ops' data as it is).
+-- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (docs/jobs.md,
+-- "The job CLI"; the keys: docs/architecture.md, "Key layout"). Everything
+-- here reads and writes etcd keys under the prefix; the node does the
+-- scheduling. The reads and writes are those of baton.ops, which the node's
+-- HTTP API shares; this file parses arguments and formats (the --json output
+-- is ops' data as it is).
 --
 --   P jobs/<name>                      the job's Lua source
 --   P paused/<name>                    present while paused

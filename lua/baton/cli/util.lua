@@ -1,6 +1,7 @@
 -- Helpers shared by the job, queue, nodes and leader subcommands: the key
--- prefix and layout (design.md section 9), time formatting, aligned tables,
--- text from etcd made safe for a terminal, reading files, ids.
+-- prefix and layout (docs/architecture.md, "Key layout"), time formatting,
+-- aligned tables, text from etcd made safe for a terminal, reading files,
+-- ids.
 local baton = require "baton"
 
 local format, floor, concat = string.format, math.floor, table.concat
@@ -108,7 +109,7 @@ function M.prefix()
   return p
 end
 
--- Keys of design.md section 9 under the prefix.
+-- Keys of docs/architecture.md's "Key layout" under the prefix.
 function M.key(kind, ...)
   local parts = { M.prefix() .. kind }
   for _, v in ipairs { ... } do parts[#parts + 1] = tostring(v) end

@@ -1,4 +1,4 @@
--- The node's HTTP face (design.md section 5.1, docs/api.md): `baton node
+-- The node's HTTP face (docs/api.md): `baton node
 -- --http ADDR` serves, on the node's loop (baton.httpd, libmicrohttpd in
 -- runtime/core/httpd.c), each request in its own coroutine:
 --

@@ -1,9 +1,9 @@
--- The kept output of a run (design.md section 9): what each attempt says —
--- ctx.log lines, print / io.write, and the stdout and stderr of the
--- programs it starts with baton.exec / baton.spawn — stored in etcd next to
--- its record, capped, while it runs. The worker writes it (it has the
--- lines, its own etcd client and the attempt's fence); `baton job logs`
--- reads it.
+-- The kept output of a run (docs/architecture.md, "A run's output"): what
+-- each attempt says — ctx.log lines, print / io.write, and the stdout and
+-- stderr of the programs it starts with baton.exec / baton.spawn — stored in
+-- etcd next to its record, capped, while it runs. The worker writes it (it
+-- has the lines, its own etcd client and the attempt's fence); `baton job
+-- logs` reads it.
 --
 -- Keys, under the prefix P, for attempt <n> of run <id> of job <job>:
 --

@@ -1,10 +1,10 @@
--- Queue jobs (design.md section 7.3): a job with queue = "orders" runs once
--- per task under P queue/orders/. Every node follows the queue; a node takes
--- a task only when it has a free worker slot (--workers), after its
--- policy's delay, by the same claim transaction as an instant (plus: the
--- task must still exist, as the node saw it). The task is deleted when its
--- run ends for good; a task whose node dies is re-run or abandoned by the
--- leader like any run.
+-- Queue jobs (docs/guide.md, "5. Queues"): a job with queue = "orders" runs
+-- once per task under P queue/orders/. Every node follows the queue; a node
+-- takes a task only when it has a free worker slot (--workers), after its
+-- policy's delay, by the same claim transaction as an instant (plus: the task
+-- must still exist, as the node saw it). The task is deleted when its run
+-- ends for good; a task whose node dies is re-run or abandoned by the leader
+-- like any run.
 --
 -- One dispatcher per queue and node: the tasks the node knows (listed, then
 -- watched) wait in a heap ordered by when they become ready (the time the

@@ -5,7 +5,7 @@
 -- Keys under the prefix P, for a run <id> (an instant such as
 -- 2026-11-29T02:00:00Z, <instant>/<shard> for a shard, a manual run's
 -- 2026-11-29T02:00:00.123Z, or a queue task id) of job <job>:
---   runs/<job>/<id>      the run record (design.md section 9), one per run,
+--   runs/<job>/<id>      the run record (docs/architecture.md), one per run,
 --                        updated at each attempt; attempts[] keeps them all
 --   running/<job>/<id>   bound to the running node's lease: while it exists
 --                        the attempt is in progress there; its create
