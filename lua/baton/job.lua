@@ -889,7 +889,7 @@ function M.run_file(source, name, chunkname, restricted)
   if byte(source, 1) == 27 then
     return fail(name, "precompiled bytecode is refused: store the Lua source text")
   end
-  local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name)))
+  local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name))) -- keys: not a key
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
   local env = M.new_env(restricted)
   setfenv(chunk, env)

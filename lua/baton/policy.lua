@@ -167,7 +167,7 @@ function M.run_file(source, name, chunkname)
   if byte(source, 1) == 27 then
     return fail(name, "precompiled bytecode is refused: store the Lua source text")
   end
-  local chunk, err = loadstring(source, "@" .. (chunkname or ("policies/" .. name)))
+  local chunk, err = loadstring(source, "@" .. (chunkname or ("policies/" .. name))) -- keys: not a key
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
   setfenv(chunk, job.new_env(true))
   if jit then jit.off(chunk, true) end

@@ -19,6 +19,7 @@
 -- author "unknown".
 local baton = require "baton"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 
 local json = baton.json
 local format = string.format
@@ -36,7 +37,7 @@ local function fail(msg, code) return nil, msg, code or msg:match("^(E[%u%d]+):"
 
 -- The prefix of the log of one job or policy, with its trailing "/".
 function M.prefix(kind, name)
-  return U.key(LOGS[kind], name) .. "/"
+  return keys.dir(U.prefix(), LOGS[kind], name)
 end
 
 -- Who makes this change: the given author; else, when the client
@@ -134,7 +135,7 @@ end
 -- "-" for a removal. ENOENT when there is neither an entry nor a stored
 -- source.
 function M.list(kind, name)
-  local key = U.key(KINDS[kind], name)
+  local key = keys.key(U.prefix(), KINDS[kind], name)
   local pfx = M.prefix(kind, name)
   local r, err, code = etcd():txn { success = {
     { get = { key = key } },
@@ -180,7 +181,7 @@ end
 -- code (ECONFLICT when the log
 -- entry does not match etcd's history: the log was rewritten).
 function M.source(kind, name, rev)
-  local key = U.key(KINDS[kind], name)
+  local key = keys.key(U.prefix(), KINDS[kind], name)
   local pfx = M.prefix(kind, name)
   local r, err, code = etcd():get(pfx .. rev)
   if not r then return nil, err, code end
@@ -279,7 +280,7 @@ function M.rollback(kind, name, rev, opts)
     end
   end
   src = sign.split(src)
-  local cur = etcd():get(U.key(KINDS[kind], name))
+  local cur = etcd():get(keys.key(U.prefix(), KINDS[kind], name))
   local now = cur and cur.kvs[1] and cur.kvs[1].value or ""
   local diff, derr, dcode = M.diff_text(kind, name, sign.split(now), src, "current", rev)
   if not diff then return nil, derr, dcode end

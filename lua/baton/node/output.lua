@@ -34,6 +34,7 @@
 -- second costs one write a second of at most CAP bytes, and a job that
 -- prints nothing costs no write at all.
 local baton = require "baton"
+local keys = require "baton.keys"
 local json = baton.json
 
 local format, floor, concat, find = string.format, math.floor, table.concat, string.find
@@ -49,12 +50,12 @@ M.LINE_COST = 48 -- bytes a line counts for besides its text (its JSON fields)
 
 -- The prefix of all the output of run id (every attempt).
 function M.run_prefix(P, job, id)
-  return P .. "output/" .. job .. "/" .. id .. "/@"
+  return keys.output(P, job, id)
 end
 
 -- The prefix of one attempt's output.
 function M.attempt_prefix(P, job, id, attempt)
-  return M.run_prefix(P, job, id) .. tostring(attempt) .. "/"
+  return keys.output(P, job, id, attempt)
 end
 
 -- The attempt a key under run_prefix belongs to, and its chunk number.
@@ -594,10 +595,10 @@ function M.format(l)
   if l.stream == "log" then
     src = tostring(l.level or "info")
     if type(l.fields) == "table" then
-      local keys = {}
-      for k in pairs(l.fields) do keys[#keys + 1] = k end
-      table.sort(keys)
-      for _, k in ipairs(keys) do
+      local names = {}
+      for k in pairs(l.fields) do names[#names + 1] = k end
+      table.sort(names)
+      for _, k in ipairs(names) do
         local v = l.fields[k]
         v = type(v) == "table" and json.encode(v) or tostring(v)
         if v:find("[%s\"=]") or v == "" then v = format("%q", v):gsub("\\\n", "\\n") end

@@ -20,6 +20,7 @@
 -- for, in order, and takes over another node's only once they have waited
 -- that node's grace: busy nodes rarely race for one task.
 local baton = require "baton"
+local keys = require "baton.keys"
 local runs = require "baton.node.runs"
 local heap = require "baton.heap"
 local etcd = require "baton.etcd"
@@ -208,7 +209,7 @@ function M.follow(self, q)
   local qs = { tasks = {}, heap = {}, running = {}, cond = baton._cond() }
   self.queues[q] = qs
   local e = self.e
-  local prefix = self.P .. "queue/" .. q .. "/"
+  local prefix = keys.dir(self.P, "queue", q)
   self.forever(dispatch, self, q, qs)
   self.forever(function()
     while not self.stopping do

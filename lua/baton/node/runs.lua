@@ -39,6 +39,7 @@
 -- a session it has declared lost (M.session).
 local baton = require "baton"
 local events = require "baton.events"
+local keys = require "baton.keys"
 local json = baton.json
 
 local format = string.format
@@ -53,19 +54,6 @@ local M = {}
 local TEXT = { nul = "replace" }
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
-
-function M.keys(P, job, id)
-  -- A shard run's id is <instant>/<shard>: concurrency applies per shard.
-  local shard = id:match("/(%d+)$")
-  return {
-    run = P .. "runs/" .. job .. "/" .. id,
-    marker = P .. "running/" .. job .. "/" .. id,
-    inflight = P .. "inflight/" .. job .. "/" .. id,
-    pending = P .. "pending/" .. job .. "/" .. id,
-    active = P .. "active/" .. job .. (shard and ("/" .. shard) or ""),
-    cancel = P .. "cancel/" .. job .. "/" .. id,
-  }
-end
 
 -- Names one attempt of a run between a node and its worker: job/id/attempt.
 function M.attempt_key(run)
@@ -89,7 +77,7 @@ end
 -- when the caller knows the key is there (exists: see M.claim), that
 -- branch, which carries the value a second time, is left out.
 function M.last_op(P, job, id, rec, exists)
-  local key, value = P .. "last/" .. job, M.last_value(id, rec)
+  local key, value = keys.key(P, "last", job), M.last_value(id, rec)
   local put = { { put = { key = key, value = value } } }
   return { txn = {
     compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id, TEXT):sub(1, -2) .. "#" } },
@@ -213,7 +201,7 @@ end
 -- The compare that makes a write of this node succeed only while etcd
 -- still holds its session: its registration lives on the session's lease.
 local function alive_compare(self, s)
-  return { key = self.P .. "nodes/" .. self.name, target = "lease", op = "==", value = s.lease }
+  return { key = keys.key(self.P, "nodes", self.name), target = "lease", op = "==", value = s.lease }
 end
 
 -- A failed attempt's entry in attempts[], from the record of the attempt.
@@ -259,7 +247,7 @@ end
 local function skip_txn(self, run, s, why, opts)
   opts = opts or {}
   local P, spec, now = self.P, run.spec, self.now()
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   local j = self.jobs and self.jobs[run.job]
   local cmp = { { key = k.run, target = "create", op = "==", value = 0 }, alive_compare(self, s) }
   for _, c in ipairs(opts.compare or {}) do cmp[#cmp + 1] = c end
@@ -298,7 +286,7 @@ function M.claim(self, run, opts)
   local s = M.session(self)
   if not s then return nil end
   local P, spec, prev = self.P, run.spec, opts.prev
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   self.claims = (self.claims or 0) + 1
   local token = format("%s:%s:%d", self.name, s.lease, self.claims)
   local now = self.now()
@@ -443,7 +431,7 @@ end
 -- the event jobs in run.events (baton.events: written with the record, so
 -- both or neither).
 function M.final_ops(P, run, ops, rec)
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   ops[#ops + 1] = { delete = { key = k.inflight } }
   ops[#ops + 1] = { delete = { key = k.cancel } }
   ops[#ops + 1] = { delete = { key = k.pending } }
@@ -468,7 +456,7 @@ end
 -- The register write (node/batch.lua) that op, a M.last_op of run id of
 -- job, is: P last/<job> only ever moves to a newer run.
 function M.last_register(P, job, id, op)
-  return op and { op = op, key = P .. "last/" .. job, order = id }
+  return op and { op = op, key = keys.key(P, "last", job), order = id }
 end
 
 -- How long the end of a run may wait for the ends (or claims) of others
@@ -484,7 +472,7 @@ M.RECORD_LINGER = 0.01
 -- its node froze right after.
 function M.record_end(e, P, run, fence, rec, opts)
   opts = opts or {}
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   rec.attempts = rec.attempts or {}
   rec.attempts[#rec.attempts + 1] = {
     attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
@@ -548,7 +536,7 @@ local function converse(self, run, fence, rec, w)
   -- The run's fenced writes (ctx:put_fenced), which its worker asks this
   -- node to make: with the node's other writes (node/batch.lua), guarded
   -- by the fence.
-  local marker = M.keys(self.P, run.job, run.id).marker
+  local marker = keys.run(self.P, run.job, run.id).marker
   local relay = {
     key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
     txn = function(ops)
@@ -739,7 +727,7 @@ end
 -- read, with the node's other writes (node/batch.lua). nil when etcd did
 -- not answer.
 local function taken(self, job, id)
-  local r = self.batch:txn { success = { { get = { key = M.keys(self.P, job, id).run, count_only = true } } } }
+  local r = self.batch:txn { success = { { get = { key = keys.run(self.P, job, id).run, count_only = true } } } }
   local c = r and r.responses and r.responses[1]
   if c then return (c.count or 0) > 0 end
 end
@@ -850,7 +838,7 @@ end
 -- whose turn came first), or when the old run would not end in time.
 function M.replace_active(self, run)
   local P, e, spec = self.P, self.e, run.spec
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   local mine = e:get(k.run, { count_only = true })
   if not mine or mine.count > 0 then return false end
   local deadline = baton.monotime() + spec.timeout + self.grace * 2
@@ -861,7 +849,7 @@ function M.replace_active(self, run)
     if g and not kv then return true end
     if kv then
       local old = kv.value
-      local ok = M.keys(P, run.job, old)
+      local ok = keys.run(P, run.job, old)
       local r = e:txn { success = { { get = { key = ok.marker } }, { get = { key = ok.run } } } }
       if r and r.responses[1].count > 0 and asked ~= old then
         e:put(ok.cancel, M.cancel_value("replaced by run " .. run.id))
@@ -901,7 +889,7 @@ end
 -- not be asked.
 function M.take_pending(self, job, j, id, pmod)
   local P, e = self.P, self.e
-  local k = M.keys(P, job, id)
+  local k = keys.run(P, job, id)
   local r = e:txn { success = { { get = { key = k.run } }, { get = { key = k.pending } } } }
   if not r then return nil, "again" end
   local kv, pkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
