@@ -48,6 +48,7 @@
 --   keys.split(P, kind, key)        P kind/<a>/<b>: a (no "/") and b (not
 --                                   empty, may hold "/"): job and id
 --   keys.kind(P, key)               the kind of key and what follows it
+--   keys.under(dir, key)            what follows dir (a keys.dir) in key
 local type, tostring, select, error = type, tostring, select, error
 local find, sub, concat = string.find, string.sub, table.concat
 
@@ -66,13 +67,16 @@ local function check_kind(kind, level)
   end
 end
 
+-- (The parts end at the first nil, as cli/util.lua's key builder had it.)
 local function build(P, kind, ...)
   if type(P) ~= "string" then error("baton.keys: the prefix must be a string", 3) end
   check_kind(kind, 3)
-  local n = select("#", ...)
-  if n == 0 then return P .. kind end
-  local parts = { P .. kind, ... }
-  for i = 2, n + 1 do parts[i] = tostring(parts[i]) end
+  local parts = { P .. kind }
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if v == nil then break end
+    parts[i + 1] = tostring(v)
+  end
   return concat(parts, "/")
 end
 
@@ -115,6 +119,11 @@ function M.split(P, kind, key)
   local rest = M.rest(P, kind, key)
   if not rest then return nil end
   return rest:match("^([^/]+)/(.+)$")
+end
+
+function M.under(dir, key)
+  if sub(key, 1, #dir) ~= dir then return nil end
+  return sub(key, #dir + 1)
 end
 
 function M.kind(P, key)

@@ -418,7 +418,7 @@ local function drain(e, P, ctx, ch, own_id)
   if not r then return 0, nil, err end
   local kvs = {}
   for _, kv in ipairs(r.kvs) do
-    if kv.key:sub(#base + 1) ~= own_id then kvs[#kvs + 1] = kv end
+    if keys.under(base, kv.key) ~= own_id then kvs[#kvs + 1] = kv end
   end
   if #kvs == 0 then return 0, 0 end
   -- Their runs' records: an entry whose run still tries is that run's.
@@ -426,7 +426,7 @@ local function drain(e, P, ctx, ch, own_id)
   for i = 1, #kvs, 64 do
     local ops = {}
     for k = i, math.min(i + 63, #kvs) do
-      ops[#ops + 1] = { get = { key = keys.key(P, "runs", ctx.job, kvs[k].key:sub(#base + 1)) } }
+      ops[#ops + 1] = { get = { key = keys.key(P, "runs", ctx.job, keys.under(base, kvs[k].key)) } }
     end
     local g, gerr = e:txn { success = ops }
     if not g then return 0, #kvs, gerr end
@@ -536,7 +536,7 @@ function M.pending_counts(e, P)
   if not r then return nil, err end
   local counts = {}
   for _, kv in ipairs(r.kvs) do
-    local job = kv.key:sub(#base + 1):match("^([^/]+)/")
+    local job = keys.under(base, kv.key):match("^([^/]+)/")
     if job then counts[job] = (counts[job] or 0) + 1 end
   end
   return counts, r.count or #r.kvs
@@ -551,7 +551,7 @@ function M.pending(e, P, limit)
   if not r then return nil, err, code end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local job, run = kv.key:sub(#base + 1):match("^([^/]+)/(.+)$")
+    local job, run = keys.under(base, kv.key):match("^([^/]+)/(.+)$")
     local v = decode_entry(kv) or {}
     local ev = type(v.event) == "table" and v.event or {}
     list[#list + 1] = { key = kv.key, job = job, run = run, channel = v.channel, since = v.since,

@@ -123,7 +123,7 @@ local function runs(name, n)
   local list = {}
   for _, kv in ipairs(r.kvs) do
     local v = decode_object(kv.value) or { state = "unreadable", error = kv.value }
-    v.key = kv.key:sub(#pfx + 1)
+    v.key = keys.under(pfx, kv.key)
     list[#list + 1] = v
   end
   return list
@@ -234,9 +234,9 @@ function M.jobs_view(opts)
   } }
   if not r then return nil, err, code end
   local view = { jobs = {}, paused = {}, status = {}, last = {} }
-  for _, kv in ipairs(r.responses[2].kvs) do view.paused[kv.key:sub(#ppfx + 1)] = true end
+  for _, kv in ipairs(r.responses[2].kvs) do view.paused[keys.under(ppfx, kv.key)] = true end
   for _, kv in ipairs(r.responses[3].kvs) do
-    local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
+    local jname, node = keys.under(spfx, kv.key):match("^([^/]+)/(.+)$")
     if jname then
       local v = decode_object(kv.value) or {}
       view.status[jname] = view.status[jname] or {}
@@ -245,13 +245,13 @@ function M.jobs_view(opts)
   end
   local has_last = {}
   for _, kv in ipairs(r.responses[4].kvs) do
-    local name = kv.key:sub(#lpfx + 1)
+    local name = keys.under(lpfx, kv.key)
     has_last[name] = true
     view.last[name] = M.last_entry(kv.value)
   end
   local missing = {}
   for _, kv in ipairs(r.responses[1].kvs) do
-    local name = kv.key:sub(#jpfx + 1)
+    local name = keys.under(jpfx, kv.key)
     view.jobs[#view.jobs + 1] = { name = name, revision = kv.mod_revision, created = kv.create_revision,
                                   version = kv.version, value = not opts.keys_only and kv.value or nil }
     if not has_last[name] then missing[#missing + 1] = name end
@@ -392,7 +392,7 @@ function M.recent_runs(limit, opts)
     local r, err, code = e:get(lpfx, { prefix = true })
     if not r then return nil, err, code end
     last = {}
-    for _, kv in ipairs(r.kvs) do last[kv.key:sub(#lpfx + 1)] = M.last_entry(kv.value) end
+    for _, kv in ipairs(r.kvs) do last[keys.under(lpfx, kv.key)] = M.last_entry(kv.value) end
   end
   local jobs = {}
   for name, l in pairs(last) do
@@ -418,7 +418,7 @@ function M.recent_runs(limit, opts)
       local pfx = keys.dir(U.prefix(), "runs", names[k])
       for _, kv in ipairs(resp.kvs) do
         local rec = decode_object(kv.value) or { state = "unreadable", error = kv.value }
-        rec.key, rec.job = kv.key:sub(#pfx + 1), names[k]
+        rec.key, rec.job = keys.under(pfx, kv.key), names[k]
         found[#found + 1] = rec
       end
     end
@@ -512,7 +512,7 @@ local function unknown_policy(spec)
   local known = {}
   for _, n in ipairs(policy.BUILTINS) do known[#known + 1] = n end
   for _, kv in ipairs(r.kvs) do
-    local n = kv.key:sub(#pfx + 1)
+    local n = keys.under(pfx, kv.key)
     if n == spec.policy then return false end
     known[#known + 1] = n
   end
@@ -748,7 +748,7 @@ function M.rm_job(name, opts)
   local pr, perr, pcode = e:get(pend, { prefix = true, keys_only = true })
   if not pr then return nil, perr, pcode end
   for _, kv in ipairs(pr.kvs) do
-    if kv.key:sub(#pend + 1):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
+    if keys.under(pend, kv.key):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
   end
   if opts.purge then
     ops[#ops + 1] = { delete = { key = keys.key(U.prefix(), "last", name) } }
@@ -884,7 +884,7 @@ local function kill_targets(name, id)
     local list = {}
     for _, mkv in ipairs(r.kvs) do
       local m = decode_object(mkv.value) or {}
-      list[#list + 1] = { id = mkv.key:sub(#mpfx + 1), node = field(m, "node"), attempt = field(m, "attempt") }
+      list[#list + 1] = { id = keys.under(mpfx, mkv.key), node = field(m, "node"), attempt = field(m, "attempt") }
     end
     return list
   end
@@ -955,7 +955,7 @@ function M.nodes()
   for _, kv in ipairs(r.kvs) do
     if kv.lease then
       local v = decode_object(kv.value) or {}
-      v.name = field(v, "name") or kv.key:sub(#pfx + 1)
+      v.name = field(v, "name") or keys.under(pfx, kv.key)
       v.lease = kv.lease
       list[#list + 1] = v
     end
@@ -1281,7 +1281,7 @@ function M.list_policies()
   if not st then return nil, serr, scode end
   local kvs, names = {}, {}
   for _, kv in ipairs(r.kvs) do
-    local name = kv.key:sub(#pfx + 1)
+    local name = keys.under(pfx, kv.key)
     kvs[name] = kv
     names[#names + 1] = name
   end

@@ -77,7 +77,7 @@ function M.record(kind, name, revision, source, opts, prev)
   if not r then return nil, err, code end
   local revs, have = {}, {}
   for _, kv in ipairs(r.kvs) do
-    local rev = tonumber(kv.key:sub(#pfx + 1))
+    local rev = tonumber(keys.under(pfx, kv.key))
     if rev and rev ~= revision then revs[#revs + 1] = rev end
     if rev then have[rev] = true end
   end
@@ -145,7 +145,7 @@ function M.list(kind, name)
   local cur = r.responses[1].kvs[1]
   local list, seen = {}, {}
   for _, kv in ipairs(r.responses[2].kvs) do
-    local rev = tonumber(kv.key:sub(#pfx + 1))
+    local rev = tonumber(keys.under(pfx, kv.key))
     local meta = rev and parse(kv.value)
     if meta then
       meta.revision = rev

@@ -13,6 +13,7 @@ T.is(keys.key(P, "runs", "backup", "2026-11-29T02:00:00Z/3"), "/baton/runs/backu
      "key: a shard's run (the id holds a /)")
 T.is(keys.key(P, "status", "backup", "n1"), "/baton/status/backup/n1", "key: two parts")
 T.is(keys.key(P, "election"), "/baton/election", "key: a kind alone")
+T.is(keys.key(P, "runs", "backup", nil, "x"), "/baton/runs/backup", "key: the parts end at a nil")
 T.is(keys.key(P, "versions", "backup", 42), "/baton/versions/backup/42", "key: a number part")
 T.is(keys.key(P, "notify", "outbox", "alerts", "x"), "/baton/notify/outbox/alerts/x", "key: notify/outbox")
 T.is(keys.key(P, "config", "notify"), "/baton/config/notify", "key: config/notify")
@@ -70,6 +71,10 @@ T.is(kind .. " " .. rest, "policy-status fast/n1", "kind: a policy status's key"
 T.is(keys.kind(P, "/baton/unknown/x"), nil, "kind: not a kind of baton's")
 T.is(keys.kind(P, "/other/jobs/x"), nil, "kind: another prefix")
 T.is(keys.kind(P, "/baton/jobs"), nil, "kind: no / after the kind")
+T.is(keys.under(keys.dir(P, "runs", "backup"), "/baton/runs/backup/2026-11-29T02:00:00Z/3"), "2026-11-29T02:00:00Z/3",
+     "under: what follows a dir")
+T.is(keys.under(keys.dir(P, "runs", "backup"), "/baton/runs/backup/"), "", "under: the dir itself")
+T.is(keys.under(keys.dir(P, "runs", "backup"), "/baton/runs/backupx/1"), nil, "under: not below the dir")
 for kind_ in pairs(keys.KINDS) do
   local got, tail = keys.kind(P, keys.key(P, kind_, "a", "b"))
   T.is(got .. " " .. tail, kind_ .. " a/b", "kind round trip: " .. kind_)
@@ -83,6 +88,7 @@ local rules = {
   { "prefix%(%)%s*%.%.", "prefix() joined to something" },
   { "#%s*[%w_%.]*P%s*[%+%-]", "an offset past the prefix (#P + N)" },
   { "#%s*U%.key", "an offset past a key (#U.key(...))" },
+  { ":sub%(%s*#", "a key cut by a length (keys.under, keys.rest, keys.split do that)" },
   { "%f[%w_]U%.key%(", "cli/util.lua's old key builder" },
   { "%f[%w_]util%.key%(", "cli/util.lua's old key builder" },
   { "[%w_]%.keys%(", "runs.lua's old key builder (runs.keys)" },

@@ -29,7 +29,7 @@ function M.check(name, spec)
   -- verify: stored.lua; none runs here)
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local n = kv.key:sub(#pfx + 1)
+    local n = keys.under(pfx, kv.key)
     if n ~= name then list[#list + 1] = { name = n, kv = kv } end
   end
   local specs = {}

@@ -652,7 +652,7 @@ local function shard_records(name, instant)
   if not r then return nil, err end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local i = tonumber(kv.key:sub(#pfx + 1):match("^(%d+)$"))
+    local i = tonumber(keys.under(pfx, kv.key):match("^(%d+)$"))
     if i then list[#list + 1] = { i = i, kv = kv, rec = U.decode_object(kv.value) or {} } end
   end
   table.sort(list, function(a, b) return a.i < b.i end)

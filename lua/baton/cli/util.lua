@@ -410,7 +410,7 @@ function M.live_nodes()
   for _, kv in ipairs(r.kvs) do
     if kv.lease then
       local v = M.decode_object(kv.value) or {}
-      v.name = M.field(v, "name") or kv.key:sub(#pfx + 1)
+      v.name = M.field(v, "name") or keys.under(pfx, kv.key)
       if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
       list[#list + 1] = v
     end

@@ -252,7 +252,7 @@ local function answerer(self)
         if evs then
           local t2 = baton.now()
           for _, ev in ipairs(evs) do
-            local name = ev.kv.key:sub(#pfx + 1)
+            local name = keys.under(pfx, ev.kv.key)
             local ok, p = pcall(json.decode, ev.kv.value or "")
             if ok and type(p) == "table" and type(p.t1) == "number" and name ~= "" then
               self.go(function()

@@ -60,7 +60,7 @@ end
 
 -- The attempt a key under run_prefix belongs to, and its chunk number.
 function M.parse_key(P, job, id, key)
-  local rest = key:sub(#M.run_prefix(P, job, id) + 1)
+  local rest = keys.under(M.run_prefix(P, job, id), key) or ""
   local a, c = rest:match("^(%d+)/(%d+)$")
   return tonumber(a), tonumber(c)
 end

@@ -63,7 +63,7 @@ local function follow(v, kind, apply, clear)
       local r = self.e:get(from, { range_end = stop, limit = M.PAGE, revision = rev, sort = "key" })
       if not r then return nil end
       rev = rev or r.revision
-      for _, kv in ipairs(r.kvs) do apply(v, kv.key:sub(#pfx + 1), kv.value) end
+      for _, kv in ipairs(r.kvs) do apply(v, keys.under(pfx, kv.key), kv.value) end
       if not r.more or #r.kvs == 0 then return rev end
       from = r.kvs[#r.kvs].key .. "\0"
     end
@@ -83,7 +83,7 @@ local function follow(v, kind, apply, clear)
             local evs = w:next()
             if not evs then break end
             for _, ev in ipairs(evs) do
-              apply(v, ev.kv.key:sub(#pfx + 1), ev.type == "put" and ev.kv.value or nil)
+              apply(v, keys.under(pfx, ev.kv.key), ev.type == "put" and ev.kv.value or nil)
             end
             v.version = v.version + 1
           end
