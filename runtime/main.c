@@ -1,5 +1,5 @@
 /*
- * The baton command: global flags, then a subcommand (design.md section 4).
+ * The baton command: global flags, then a subcommand (docs/baton.1).
  * Exit status: 0 success, 1 failure, 2 usage error.
  */
 #include "cli.h"

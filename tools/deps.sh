@@ -8,7 +8,8 @@
 #   demo   build, and etcd (`make demo` and examples/ start a throwaway one)
 #   test   demo, and what the suite, `make chaos` and `make bench` use:
 #          faketime, openssl, curl, prometheus (promtool), chromium, wrk,
-#          node and npm; then `npm ci` in the tests' directories (the default)
+#          lua-check (luacheck), node and npm; then `npm ci` in the tests'
+#          directories (the default)
 # The Makefile picks the set: `make` build, `make demo` demo, `make deps`
 # and `make test` test.
 set -u
@@ -18,7 +19,7 @@ build="build-essential dpkg-dev pkg-config libluajit-5.1-dev libuv1-dev
        libssl-dev libnghttp2-dev libseccomp-dev libprotobuf-c-dev protobuf-c-compiler
        tzdata"
 demo="etcd-server etcd-client"
-test="faketime openssl curl prometheus chromium wrk"
+test="faketime openssl curl prometheus chromium wrk lua-check"
 case $kind in
   build) pkgs=$build ;;
   demo) pkgs="$build $demo" ;;

@@ -1,4 +1,4 @@
--- The etcd client API (design.md section 5) over the C engine in
+-- The etcd client API (docs/lua-api.md, "baton.etcd") over the C engine in
 -- baton._etcd, which does the transport: endpoints and failover,
 -- authentication, retries, watch resumption and lease keepalives. This file
 -- gives requests and responses their shape: base64 for keys and values,

@@ -1,4 +1,5 @@
--- Event-triggered jobs (design.md section 6, `on`). A job that declares
+-- Event-triggered jobs (docs/jobs.md, "Events: jobs that run on other jobs'
+-- outcomes"; `on`). A job that declares
 --
 --   on = { failed = { "backup", "report" }, succeeded = { "extract" }, skipped = { "*" } }
 --
@@ -45,6 +46,7 @@
 -- This module is plain data and small etcd transactions: the loader, the
 -- CLI (cycles), the conductor and the worker share it.
 local baton = require "baton"
+local keys = require "baton.keys"
 local json = baton.json
 local output = require "baton.node.output"
 
@@ -170,7 +172,7 @@ function M.add(P, run, rec, ops)
   local id = M.id(at, run.job, run.id, rec.state)
   local value = json.encode({ at = at, attempt = 1, reason = "event", fire = at, event = ev }, TEXT)
   for _, name in ipairs(targets) do
-    ops[#ops + 1] = { put = { key = P .. "pending/" .. name .. "/" .. id, value = value } }
+    ops[#ops + 1] = { put = { key = keys.key(P, "pending", name, id), value = value } }
   end
   return ops, #targets
 end
@@ -274,7 +276,7 @@ end
 -- written.
 function M.skip(self, name, j, id, pmod, req, why)
   local P, now = self.P, self.now()
-  local run_key, pending_key = P .. "runs/" .. name .. "/" .. id, P .. "pending/" .. name .. "/" .. id
+  local run_key, pending_key = keys.key(P, "runs", name, id), keys.key(P, "pending", name, id)
   local rec = { job = name, fire = req.fire, node = self.name, attempt = 0, state = "skipped",
                 started = now, finished = now, error = why, code_revision = j.spec.revision,
                 event = req.event }
@@ -306,20 +308,19 @@ function M.misfires(self, horizon, now)
   for i = 1, #names, 128 do
     local ops = {}
     for k = i, math.min(i + 127, #names) do
-      ops[#ops + 1] = { get = { key = P .. "pending/" .. names[k] .. "/", prefix = true } }
+      ops[#ops + 1] = { get = { key = keys.dir(P, "pending", names[k]), prefix = true } }
     end
     local r = e:txn { success = ops }
     if not r then return end
     for k = i, math.min(i + 127, #names) do
       local name = names[k]
       local j = self.jobs[name]
-      local base = P .. "pending/" .. name .. "/"
       local missed = {}
       for _, kv in ipairs(j and r.responses[k - i + 1].kvs or {}) do
         local ok, req = pcall(json.decode, kv.value)
         if ok and type(req) == "table" and req.reason == "event" and type(req.fire) == "number"
            and (j.paused or req.fire <= horizon) then
-          missed[#missed + 1] = { id = kv.key:sub(#base + 1), mod = kv.mod_revision, req = req }
+          missed[#missed + 1] = { id = select(2, keys.split(P, "pending", kv.key)), mod = kv.mod_revision, req = req }
         end
       end
       if #missed > 0 then M.settle(self, name, j, missed, now) end

@@ -1,4 +1,4 @@
--- The job loader and validator (design.md section 6), pure Lua and
+-- The job loader and validator (docs/jobs.md), pure Lua and
 -- synchronous: nothing here waits, so the node can call it from a watch
 -- handler and the CLI before it writes anything.
 --
@@ -15,8 +15,8 @@
 local baton = require "baton"
 local events = require "baton.events"
 
-local type, pairs, ipairs, next, tostring, tonumber = type, pairs, ipairs, next, tostring, tonumber
-local pcall, error, setmetatable, rawget, select = pcall, error, setmetatable, rawget, select
+local type, pairs, ipairs, next, tostring = type, pairs, ipairs, next, tostring
+local pcall, error, setmetatable, rawget = pcall, error, setmetatable, rawget
 local format, byte, floor, huge = string.format, string.byte, math.floor, math.huge
 local sort, concat = table.sort, table.concat
 local loadstring, setfenv = loadstring, setfenv
@@ -71,7 +71,7 @@ local ALIASES = {
   workdir = "cwd", dir = "cwd", directory = "cwd", working_dir = "cwd", chdir = "cwd",
   environment = "env", environ = "env",
 }
--- The functions of a scheduling policy (design.md section 8).
+-- The functions of a scheduling policy (docs/policies.md, "The interface").
 M.POLICY_FUNCTIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
 
 local NAME_PATTERN = "^[%w][%w_.-]*$"
@@ -124,10 +124,10 @@ M.did_you_mean = did_you_mean
 -- the environment of a job
 
 -- Read-only views of the standard libraries and of baton, shared by every
--- job: a job reads string.format or baton.etcd through them and cannot
--- change them for the others. (pairs() over a view sees nothing: it is a
--- proxy. This is isolation between jobs, not a security sandbox: a worker
--- process is the containment boundary, design.md section 3.)
+-- job: a job reads string.format or baton.etcd through them and cannot change
+-- them for the others. (pairs() over a view sees nothing: it is a proxy. This
+-- is isolation between jobs, not a security sandbox: a worker process is the
+-- containment boundary: docs/architecture.md, "The pieces".)
 local views = {}
 local function view(name, t)
   local v = views[name]
@@ -367,12 +367,12 @@ local function check_positive(v)
   if not is_finite(v) or v <= 0 then return format("must be a number of seconds > 0, got %s", tostring(v)) end
 end
 
-local function check_enum(field)
+local function check_enum(name)
   return function(v)
     local e = want_type(v, "string")
     if e then return e end
-    for _, x in ipairs(ENUMS[field]) do if v == x then return nil end end
-    return format("must be %s, got %s", one_of(ENUMS[field]), qs(v))
+    for _, x in ipairs(ENUMS[name]) do if v == x then return nil end end
+    return format("must be %s, got %s", one_of(ENUMS[name]), qs(v))
   end
 end
 
@@ -889,7 +889,7 @@ function M.run_file(source, name, chunkname, restricted)
   if byte(source, 1) == 27 then
     return fail(name, "precompiled bytecode is refused: store the Lua source text")
   end
-  local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name)))
+  local chunk, err = loadstring(source, "@" .. (chunkname or ("jobs/" .. name))) -- keys: not a key
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
   local env = M.new_env(restricted)
   setfenv(chunk, env)

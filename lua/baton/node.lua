@@ -1,4 +1,4 @@
--- The conductor of `baton node` (design.md sections 3, 7, 9).
+-- The conductor of `baton node` (docs/architecture.md).
 --
 -- One process per machine: a session lease, registration at P nodes/<name>,
 -- a campaign in the cluster election, the job store (list, then watch from
@@ -14,6 +14,7 @@
 -- Queue jobs: node/queue.lua.
 local baton = require "baton"
 local stored = require "baton.stored"
+local keys = require "baton.keys"
 local util = require "baton.cli.util"
 local runs = require "baton.node.runs"
 local batch = require "baton.node.batch"
@@ -54,7 +55,7 @@ end
 -- lease of its previous session (old_lease), which may outlive the session
 -- the node declared lost.
 local function register(self, s, old_lease)
-  local e, key = self.e, self.P .. "nodes/" .. self.name
+  local e, key = self.e, keys.key(self.P, "nodes", self.name)
   local put = { { put = { key = key, value = node_info(self), lease = s.lease } } }
   local r, err, code = e:txn {
     compare = { { key = key, target = "create", op = "==", value = 0 } },
@@ -72,7 +73,7 @@ end
 
 local function publish(self)
   local s = runs.live(self)
-  if s then self.e:put(self.P .. "nodes/" .. self.name, node_info(self), { lease = s.lease }) end
+  if s then self.e:put(keys.key(self.P, "nodes", self.name), node_info(self), { lease = s.lease }) end
 end
 
 ---------------------------------------------------------------------------
@@ -82,8 +83,8 @@ end
 -- hot-reloaded), else shipped in lua/baton/policies/, else the default.
 local function policy_for(self, spec)
   local name = spec.policy or "default"
-  local stored = self.policies[name]
-  if stored then return stored.mod end
+  local entry = self.policies[name]
+  if entry then return entry.mod end
   return policymod.builtin(name) or policymod.builtin("default")
 end
 
@@ -247,8 +248,7 @@ end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
 local function on_trigger(self, key, value)
-  local P = self.P
-  local name = key:sub(#P + 9):match("^([^/]+)/")
+  local name = keys.split(self.P, "trigger", key)
   local j = name and self.jobs[name]
   if not j then return end
   -- (one that spells a NUL byte is recorded failed, not run: runs.unfit)
@@ -277,8 +277,7 @@ end
 -- cannot be asked, it tries again; it stops once the entry is gone or
 -- changed (mod is its mod revision: a new entry gets a turn of its own).
 local function on_pending(self, key, value, mod)
-  local P = self.P
-  local job, id = key:sub(#P + 9):match("^([^/]+)/(.+)$")
+  local job, id = keys.split(self.P, "pending", key)
   if not job or self.pending_seen[key] == mod then return end
   local ok, req = pcall(json.decode, value)
   if not ok or type(req) ~= "table" then req = {} end
@@ -306,6 +305,32 @@ end
 -- at most a second, so a wall-clock step is noticed within a second. Idle,
 -- a node wakes once a second whatever the number of jobs. An entry whose
 -- job was replaced or removed is dropped when it comes up.
+--
+-- Time and clock steps (what this loop does; cron.h has the DST rules):
+-- - Instants are absolute: each entry holds the next instant of its job
+--   after a time (spec.cron:next), in epoch seconds by self.now(), and the
+--   loop waits for the earliest one. Nothing "sleeps until 02:00".
+-- - self.now() is the cluster's median clock riding on the monotonic clock
+--   (node/clock.lua): a step of this machine's own wall clock does not move
+--   it. It moves when the other clocks do, through new samples: back at
+--   once, forward by more than clock.TOLERANCE only once the move has held.
+--   Until the offset is known the loop does not start (clock.wait, at most
+--   2 x TTL); if it stays unknown, self.now() is the uncorrected wall clock
+--   (baton.now) and this machine's clock steps do move it.
+-- - Forward (a stall of the loop, a suspend, self.now() moving forward): an
+--   entry that is late fires once, with the instant that was due, and is
+--   put back at its next instant after max(that instant, now - 1): the
+--   instant of the current second, when there is one, fires next, at once.
+--   The instants in between are not run here; they are the leader's misfire
+--   accounting (node/leader.lua).
+-- - Backward: computed instants are kept, so nothing fires twice; an entry
+--   waits until self.now() reaches its instant again. There is no threshold
+--   beyond which the entries are computed afresh: after a backward move of
+--   hours, cron jobs wait those hours.
+-- - @every: the next instant is the previous one plus the interval (the
+--   first: when the job was loaded plus the interval; after a forward move,
+--   now - 1 plus the interval), on self.now(): it moves when self.now() does.
+-- - @manual and queue jobs have no entry.
 local function sooner(a, b) return a.fire < b.fire end
 
 -- Puts the next instant of job version j after `after` on the timetable.
@@ -363,11 +388,11 @@ M.STATUS_TXN, M.STATUS_INFLIGHT = 128, 8
 -- not retried here, as a single one is not: the status is advisory, and
 -- the next listing or reload writes it again.)
 local function flush_status(self, wait)
-  local batch = self.status_batch or {}
+  local writes = self.status_batch or {}
   if self.status_batch then self.status_batch = {} end
-  for i = 1, #batch, M.STATUS_TXN do
+  for i = 1, #writes, M.STATUS_TXN do
     local ops = {}
-    for k = i, math.min(i + M.STATUS_TXN - 1, #batch) do ops[#ops + 1] = batch[k] end
+    for k = i, math.min(i + M.STATUS_TXN - 1, #writes) do ops[#ops + 1] = writes[k] end
     while self.status_inflight >= M.STATUS_INFLIGHT do baton.sleep(0.002) end
     self.status_inflight = self.status_inflight + 1
     self.go(function()
@@ -396,7 +421,7 @@ end
 -- Writes this node's status of a job (with the revision it still runs
 -- when rev was rejected).
 local function put_status(self, name, rev, err, running)
-  status_op(self, { put = { key = self.P .. "status/" .. name .. "/" .. self.name,
+  status_op(self, { put = { key = keys.key(self.P, "status", name, self.name),
     -- (a load error may hold a NUL byte, from the job's code: U+FFFD)
     value = json.encode({ revision = rev, error = err or json.null, running = running,
                           time = baton.now() }, { nul = "replace" }) } })
@@ -476,7 +501,7 @@ local function apply_job(self, name, kv)
 end
 
 local function put_policy_status(self, name, rev, err)
-  self.e:put(self.P .. "policy-status/" .. name .. "/" .. self.name,
+  self.e:put(keys.key(self.P, "policy-status", name, self.name),
              json.encode({ revision = rev, error = err or json.null, time = baton.now() }, { nul = "replace" }))
 end
 
@@ -517,7 +542,7 @@ local function remove_policy(self, name)
   self.policies[name] = nil
   self.want_policy[name] = nil
   self.bad_policies[name] = nil
-  self.e:delete(self.P .. "policy-status/" .. name .. "/" .. self.name)
+  self.e:delete(keys.key(self.P, "policy-status", name, self.name))
 end
 
 local function remove_job(self, name)
@@ -529,7 +554,7 @@ local function remove_job(self, name)
   self.metrics:forget("job_name", name)
   events.note(self, name, nil)
   self.bad[name] = nil
-  status_op(self, { delete = { key = self.P .. "status/" .. name .. "/" .. self.name } })
+  status_op(self, { delete = { key = keys.key(self.P, "status", name, self.name) } })
 end
 
 local function set_paused(self, name, paused)
@@ -551,31 +576,31 @@ end
 -- applied out of order, and what the next listing finds unchanged costs
 -- nothing (apply_job skips a revision it has). Returns the revision. (It
 -- runs at the node's usual GC pause: a page's garbage is small, and a
--- pause of 100 while the heap grows by every job made the collector go
--- over it again and again: 100,000 jobs, 7.3 s of CPU instead of 6.0.)
+-- smaller pause while the heap grows by every job makes the collector go
+-- over it again and again.)
 local function list_all(self)
   local P, e = self.P, self.e
-  local jobs_end = require("baton.etcd").prefix_end(P .. "jobs/")
+  local jobs_end = require("baton.etcd").prefix_end(keys.dir(P, "jobs"))
   local r, err, code = e:txn { success = {
-    { get = { key = P .. "jobs/", range_end = jobs_end, limit = M.LIST_PAGE } },
-    { get = { key = P .. "paused/", prefix = true, keys_only = true } },
-    { get = { key = P .. "nodes/", prefix = true } },
-    { get = { key = P .. "trigger/", prefix = true } },
-    { get = { key = P .. "policies/", prefix = true } },
-    { get = { key = P .. "pending/", prefix = true } },
+    { get = { key = keys.dir(P, "jobs"), range_end = jobs_end, limit = M.LIST_PAGE } },
+    { get = { key = keys.dir(P, "paused"), prefix = true, keys_only = true } },
+    { get = { key = keys.dir(P, "nodes"), prefix = true } },
+    { get = { key = keys.dir(P, "trigger"), prefix = true } },
+    { get = { key = keys.dir(P, "policies"), prefix = true } },
+    { get = { key = keys.dir(P, "pending"), prefix = true } },
   } }
   if not r then return nil, err, code end
   local rev_of_listing = r.revision
   -- Policies first: the jobs' first decisions use them.
   local pseen = {}
   for _, kv in ipairs(r.responses[5].kvs) do
-    local name = kv.key:sub(#P + 10)
+    local name = keys.rest(P, "policies", kv.key)
     pseen[name] = true
     apply_policy(self, name, kv)
   end
   for name in pairs(self.policies) do if not pseen[name] then remove_policy(self, name) end end
   local seen, paused = {}, {}
-  for _, kv in ipairs(r.responses[2].kvs) do paused[kv.key:sub(#P + 8)] = true end
+  for _, kv in ipairs(r.responses[2].kvs) do paused[keys.rest(P, "paused", kv.key)] = true end
   for name in pairs(self.paused) do if not paused[name] then set_paused(self, name, false) end end
   for name in pairs(paused) do set_paused(self, name, true) end
   local others = r.responses
@@ -601,7 +626,7 @@ local function list_all(self)
     local todo = {}
     for i = 1, #kvs do
       local kv = kvs[i]
-      local name = kv.key:sub(#P + 6)
+      local name = keys.rest(P, "jobs", kv.key)
       seen[name] = true
       if wants(self, name, kv) then todo[#todo + 1] = { name = name, kv = kv } end
     end
@@ -644,7 +669,7 @@ local function list_all(self)
   -- The listing's pages and their decoded copies are garbage now; collect
   -- them at once and hand the C heap's free pages back, so that a node that
   -- loaded a large store starts small.
-  r, others, page = nil, nil, nil
+  r, others, page = nil, nil, nil -- luacheck: ignore 311 (unreferenced for the collector)
   baton._release_memory()
   self.listed = true
   return rev_of_listing
@@ -652,36 +677,37 @@ end
 
 local function on_event(self, ev)
   local P, key = self.P, ev.kv.key
-  if key:sub(1, #P + 5) == P .. "jobs/" then
-    local name = key:sub(#P + 6)
+  local kind, rest = keys.kind(P, key)
+  if kind == "jobs" then
+    local name = rest
     if ev.type == "put" then apply_job(self, name, ev.kv)
     else remove_job(self, name) end
-  elseif key:sub(1, #P + 7) == P .. "paused/" then
-    set_paused(self, key:sub(#P + 8), ev.type == "put")
-  elseif key:sub(1, #P + 9) == P .. "policies/" then
-    local name = key:sub(#P + 10)
+  elseif kind == "paused" then
+    set_paused(self, rest, ev.type == "put")
+  elseif kind == "policies" then
+    local name = rest
     if ev.type == "put" then apply_policy(self, name, ev.kv)
     else remove_policy(self, name) end
-  elseif key:sub(1, #P + 8) == P .. "trigger/" then
+  elseif kind == "trigger" then
     if ev.type == "put" then
       self.go(on_trigger, self, key, ev.kv.value)
       -- (a run by hand: a new record, which the leader's next history
       -- pruning counts, node/leader.lua)
-      local job = self.leader and key:sub(#P + 9):match("^([^/]+)/")
+      local job = self.leader and rest:match("^([^/]+)/")
       if job then
         self.prune_dirty = self.prune_dirty or {}
         self.prune_dirty[job] = true
       end
     end
-  elseif key:sub(1, #P + 8) == P .. "pending/" then
+  elseif kind == "pending" then
     if ev.type == "put" then self.go(on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
-  elseif key:sub(1, #P + 7) == P .. "cancel/" then
+  elseif kind == "cancel" then
     if ev.type == "put" then
-      local job, id = key:sub(#P + 8):match("^([^/]+)/(.+)$")
+      local job, id = keys.split(P, "cancel", key)
       if job then runs.cancel_local(self, job, id, ev.kv.value) end
     end
-  elseif key:sub(1, #P + 6) == P .. "nodes/" then
-    local name = key:sub(#P + 7)
+  elseif kind == "nodes" then
+    local name = rest
     if ev.type == "delete" and name == self.name and ev.kv.mod_revision > (self.registered or 0)
        and runs.live(self) then
       -- The registration of the current session is gone: etcd dropped the
@@ -706,12 +732,12 @@ end
 -- How much the collector does per step, for each byte allocated, while the
 -- node makes a burst of garbage: listing the job store, or the leader's
 -- first misfire check reading every job's newest records (gc_burst). At
--- Lua's default, 200, such a burst outran it: with 100,000 jobs the heap
--- peaked at 240 MB for 106 MB live, and LuaJIT's allocator keeps what it
--- once took from the OS (RSS 266-277 MB after the first check, over the
--- 256 MB this size is meant to fit in). At 600 to 1000 it was 217-251 MB,
--- for about the same CPU: each cycle does the same work, sooner. (Outside
--- bursts the default stays: a busy node's garbage is steady.)
+-- Lua's default, 200, such a burst outruns it: the heap peaks at more than
+-- twice what is live, and LuaJIT's allocator keeps what it once took from
+-- the OS, so the node stays that large. A larger multiplier keeps the peak
+-- near what is live for about the same CPU: each cycle does the same work,
+-- sooner. (Outside bursts the default stays: a busy node's garbage is
+-- steady.)
 M.GC_BURST_STEPMUL = 800
 M.GC_STEPMUL = 200
 
@@ -744,11 +770,10 @@ local function follow(self)
       if again then self.metrics:resynced() end
       local watchers = {}
       local compacted = false
-      for _, sub in ipairs { "jobs/", "paused/", "nodes/", "trigger/", "cancel/", "policies/",
-                             "pending/" } do
-        local w, werr = e:watch(P .. sub, { prefix = true, start_revision = rev + 1 })
+      for _, kind in ipairs { "jobs", "paused", "nodes", "trigger", "cancel", "policies", "pending" } do
+        local w, werr = e:watch(keys.dir(P, kind), { prefix = true, start_revision = rev + 1 })
         if not w then
-          log("warn", "watch failed; listing again", { prefix = P .. sub, error = werr })
+          log("warn", "watch failed; listing again", { prefix = keys.dir(P, kind), error = werr })
           compacted = true
           break
         end
@@ -759,9 +784,9 @@ local function follow(self)
       for _, w in ipairs(watchers) do
         self.go(function()
           while not self.stopping and not compacted do
-            local evs, _, code = w:next()
+            local evs, _, wcode = w:next()
             if not evs then
-              if code == "ECOMPACTED" then
+              if wcode == "ECOMPACTED" then
                 log("warn", "watch compacted; listing the store again", {})
               end
               compacted = true
@@ -817,7 +842,7 @@ local function join(self, old)
   -- The cluster election: the leader does the housekeeping that needs one
   -- decider (node/leader.lua) until its session ends.
   self.go(function()
-    local el = baton.election(s, self.P .. "election")
+    local el = baton.election(s, keys.key(self.P, "election"))
     if el:campaign(self.name) and runs.live(self, s) and not self.stopping then
       local term = {}
       self.leader = term
@@ -860,8 +885,8 @@ local function fence(self)
         self.metrics:rejoined()
         -- Work that came while this node could not claim it: its turn for
         -- it came and went, and no event will come again.
-        local r = self.e:txn { success = { { get = { key = self.P .. "pending/", prefix = true } },
-                                           { get = { key = self.P .. "trigger/", prefix = true } } } }
+        local r = self.e:txn { success = { { get = { key = keys.dir(self.P, "pending"), prefix = true } },
+                                           { get = { key = keys.dir(self.P, "trigger"), prefix = true } } } }
         for _, kv in ipairs(r and r.responses[1].kvs or {}) do
           self.go(on_pending, self, kv.key, kv.value, kv.mod_revision)
         end

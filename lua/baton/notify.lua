@@ -41,14 +41,16 @@
 -- CLI (`baton notify`) and `baton job put` (put_warnings).
 local baton = require "baton"
 local util = require "baton.cli.util"
+local keys = require "baton.keys"
 
 local json = baton.json
 local format, concat, floor = string.format, table.concat, math.floor
 
 local M = {}
 
-M.CONFIG = "config/notify"
-M.OUTBOX = "notify/outbox/"
+-- (the keys without the prefix, as messages name them)
+M.CONFIG = keys.key("", "config", "notify")
+M.OUTBOX = keys.dir("", "notify", "outbox")
 M.TYPES = { "webhook", "mail" }
 M.WEBHOOK_TIMEOUT = 15 -- seconds, a webhook channel's default timeout
 M.DRAIN_MAX = 100      -- outbox entries one run sends at most
@@ -191,7 +193,7 @@ end
 -- its kv (nil when absent); or nil, err, code (etcd failed, or what is
 -- stored is not valid).
 function M.read(e, P, strict)
-  local r, err, code = e:get(P .. M.CONFIG)
+  local r, err, code = e:get(keys.key(P, "config", "notify"))
   if not r then return nil, err, code end
   local kv = r.kvs[1]
   if not kv then return {}, nil end
@@ -380,10 +382,9 @@ local function run_id(e, P, ctx, ev)
   local events = require "baton.events"
   local guess = events.id(ctx.fire, ev.job, ev.id, ev.state)
   local tail = guess:match("^[^~]*(~.*)$")
-  local base = P .. "running/" .. ctx.job .. "/"
-  local r = e:get(base, { prefix = true, keys_only = true })
+  local r = e:get(keys.dir(P, "running", ctx.job), { prefix = true, keys_only = true })
   for _, kv in ipairs(r and r.kvs or {}) do
-    local id = kv.key:sub(#base + 1)
+    local _, id = keys.split(P, "running", kv.key)
     if id:sub(-#tail) == tail then return id end
   end
   return guess
@@ -412,12 +413,12 @@ local LIVE = { running = true, retrying = true }
 -- number of those it could not send (of the first DRAIN_MAX entries), and
 -- the error that stopped it (nil when none).
 local function drain(e, P, ctx, ch, own_id)
-  local base = P .. M.OUTBOX .. ctx.job .. "/"
+  local base = keys.dir(P, "notify", "outbox", ctx.job)
   local r, err = e:get(base, { prefix = true, limit = M.DRAIN_MAX })
   if not r then return 0, nil, err end
   local kvs = {}
   for _, kv in ipairs(r.kvs) do
-    if kv.key:sub(#base + 1) ~= own_id then kvs[#kvs + 1] = kv end
+    if keys.under(base, kv.key) ~= own_id then kvs[#kvs + 1] = kv end
   end
   if #kvs == 0 then return 0, 0 end
   -- Their runs' records: an entry whose run still tries is that run's.
@@ -425,7 +426,7 @@ local function drain(e, P, ctx, ch, own_id)
   for i = 1, #kvs, 64 do
     local ops = {}
     for k = i, math.min(i + 63, #kvs) do
-      ops[#ops + 1] = { get = { key = P .. "runs/" .. ctx.job .. "/" .. kvs[k].key:sub(#base + 1) } }
+      ops[#ops + 1] = { get = { key = keys.key(P, "runs", ctx.job, keys.under(base, kvs[k].key)) } }
     end
     local g, gerr = e:txn { success = ops }
     if not g then return 0, #kvs, gerr end
@@ -484,7 +485,7 @@ function M.run(ctx)
   local key, id, entry
   if ev then
     id = run_id(e, P, ctx, ev)
-    key = P .. M.OUTBOX .. ctx.job .. "/" .. id
+    key = keys.key(P, "notify", "outbox", ctx.job, id)
     local g = e:get(key)
     entry = g and decode_entry(g.kvs[1])
   end
@@ -530,12 +531,12 @@ end
 -- n}) and in all, or nil, err. Reads keys only (at most COUNT_LIMIT of
 -- them; the total is exact beyond).
 function M.pending_counts(e, P)
-  local base = P .. M.OUTBOX
+  local base = keys.dir(P, "notify", "outbox")
   local r, err = e:get(base, { prefix = true, keys_only = true, limit = M.COUNT_LIMIT })
   if not r then return nil, err end
   local counts = {}
   for _, kv in ipairs(r.kvs) do
-    local job = kv.key:sub(#base + 1):match("^([^/]+)/")
+    local job = keys.under(base, kv.key):match("^([^/]+)/")
     if job then counts[job] = (counts[job] or 0) + 1 end
   end
   return counts, r.count or #r.kvs
@@ -545,12 +546,12 @@ end
 -- {{job, run, channel, since, attempts, error, at, node, event_job,
 -- event_state, key}, ...}, the total, or nil, err, code.
 function M.pending(e, P, limit)
-  local base = P .. M.OUTBOX
+  local base = keys.dir(P, "notify", "outbox")
   local r, err, code = e:get(base, { prefix = true, limit = limit or 1000 })
   if not r then return nil, err, code end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local job, run = kv.key:sub(#base + 1):match("^([^/]+)/(.+)$")
+    local job, run = keys.under(base, kv.key):match("^([^/]+)/(.+)$")
     local v = decode_entry(kv) or {}
     local ev = type(v.event) == "table" and v.event or {}
     list[#list + 1] = { key = kv.key, job = job, run = run, channel = v.channel, since = v.since,
@@ -592,7 +593,7 @@ end
 -- configuration deletes the key. Returns {config, revision, key} or nil,
 -- err, code.
 function M.update(e, P, change)
-  local key = P .. M.CONFIG
+  local key = keys.key(P, "config", "notify")
   for _ = 1, 5 do
     local r, err, code = e:get(key)
     if not r then return nil, err, code end
@@ -682,8 +683,9 @@ function M.put_warnings(name, spec, e, P)
   if not ch then
     local old = (chname == "mail" and "BATON_MAIL_TO") or (chname == "webhook" and "BATON_WEBHOOK_URL")
     return { format("job %s sends to channel %s, which is not set in %s%s: nothing can deliver its messages "
-      .. "(they wait in %s%s/) until `baton notify set %s`%s", name, chname, P .. M.CONFIG, next(cfg) and
-      (" (channels: " .. concat(util.sorted_keys(cfg), ", ") .. ")") or "", P .. M.OUTBOX, name,
+      .. "(they wait in %s%s/) until `baton notify set %s`%s", name, chname, keys.key(P, "config", "notify"),
+      next(cfg) and (" (channels: " .. concat(util.sorted_keys(cfg), ", ") .. ")") or "",
+      keys.dir(P, "notify", "outbox"), name,
       chname == "mail" and "mail.to ADDRESS" or
         (chname == "webhook" and "webhook.url URL" or (chname .. ".type webhook " .. chname .. ".url URL")),
       old and format(" (nodes with %s in their environment can still send them, the old way)", old) or "") }
@@ -691,7 +693,7 @@ function M.put_warnings(name, spec, e, P)
   local bad = check_channel(chname, ch)
   if bad then
     return { format("job %s sends to channel %s, which %s holds wrong (%s): nothing can deliver its messages "
-      .. "until it is fixed (baton notify set)", name, chname, P .. M.CONFIG, bad) }
+      .. "until it is fixed (baton notify set)", name, chname, keys.key(P, "config", "notify"), bad) }
   end
   if ch.url_secret then
     local declared = false

@@ -1,8 +1,8 @@
 -- The operations that `baton job|policy|queue|nodes|leader` and the node's
 -- HTTP API (node/http.lua, docs/api.md) share, as data: each takes plain
--- arguments, reads and writes etcd under the prefix (design.md section 9),
--- and returns plain data -- the CLI's --json output and the API's response
--- bodies are these values -- or, luv style,
+-- arguments, reads and writes etcd under the prefix (docs/architecture.md,
+-- "Key layout"), and returns plain data -- the CLI's --json output and the
+-- API's response bodies are these values -- or, luv style,
 --
 --   nil, "ECODE: message", "ECODE" [, {invalid = true}]
 --
@@ -25,10 +25,10 @@ local baton = require "baton"
 local U = require "baton.cli.util"
 local job = require "baton.job"
 local policy = require "baton.policy"
-local events = require "baton.events"
 local cycles = require "baton.cli.cycles"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
+local keys = require "baton.keys"
 local sign = require "baton.sign"
 local stored = require "baton.stored"
 local versions = require "baton.versions"
@@ -63,7 +63,7 @@ M.check_name = check_name
 -- The largest source job put / policy put store: etcd's request limit, less
 -- the key and the request's framing.
 function M.max_source(kind, name)
-  return U.MAX_REQUEST - #U.key(kind == "job" and "jobs" or "policies", name) - 512
+  return U.MAX_REQUEST - #keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name) - 512
 end
 
 local function too_big(kind, name, n)
@@ -82,7 +82,7 @@ local decode_object, field = U.decode_object, U.field
 
 -- The job's source kv, or false when there is none; nil, err, code on failure.
 local function get_job(name)
-  local r, err, code = etcd():get(U.key("jobs", name))
+  local r, err, code = etcd():get(keys.key(U.prefix(), "jobs", name))
   if not r then return nil, err, code end
   return r.kvs[1] or false, r.revision
 end
@@ -90,10 +90,10 @@ end
 -- The error for a job that is not there, with a hint when the prefix holds
 -- no job at all (the usual reason: another --prefix or BATON_PREFIX).
 local function no_job(name)
-  local msg = "ENOENT: no job " .. name .. " at " .. U.key("jobs", name)
-  local r = etcd():get(U.key("jobs") .. "/", { prefix = true, count_only = true })
+  local msg = "ENOENT: no job " .. name .. " at " .. keys.key(U.prefix(), "jobs", name)
+  local r = etcd():get(keys.dir(U.prefix(), "jobs"), { prefix = true, count_only = true })
   if r and r.count == 0 then
-    msg = msg .. " (there are no jobs under " .. U.key("jobs") .. "/ at all; is --prefix right?)"
+    msg = msg .. " (there are no jobs under " .. keys.key(U.prefix(), "jobs") .. "/ at all; is --prefix right?)"
   end
   return msg
 end
@@ -101,14 +101,13 @@ M.no_job = no_job
 
 -- Status records of one job: list of {node=, revision=, error=, time=, running=}.
 local function statuses(name)
-  local r, err, code = etcd():get(U.key("status", name) .. "/", { prefix = true })
+  local r, err, code = etcd():get(keys.dir(U.prefix(), "status", name), { prefix = true })
   if not r then return nil, err, code end
   local list = {}
-  local pl = #U.key("status", name) + 2
   for _, kv in ipairs(r.kvs) do
     local v = decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
     list[#list + 1] = {
-      node = kv.key:sub(pl), revision = field(v, "revision"),
+      node = select(2, keys.split(U.prefix(), "status", kv.key)), revision = field(v, "revision"),
       error = field(v, "error"), time = field(v, "time"), running = field(v, "running"),
     }
   end
@@ -118,13 +117,13 @@ end
 -- Run records of one job, newest first (key order), at most n (nil: all);
 -- each with key = its run id.
 local function runs(name, n)
-  local pfx = U.key("runs", name) .. "/"
+  local pfx = keys.dir(U.prefix(), "runs", name)
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "desc", limit = n })
   if not r then return nil, err, code end
   local list = {}
   for _, kv in ipairs(r.kvs) do
     local v = decode_object(kv.value) or { state = "unreadable", error = kv.value }
-    v.key = kv.key:sub(#pfx + 1)
+    v.key = keys.under(pfx, kv.key)
     list[#list + 1] = v
   end
   return list
@@ -142,7 +141,7 @@ local function spec_at(name, rev, kv, spec_for)
     if serr then return nil, serr end
   end
   if not kv or kv.value == nil or kv.value == "" then
-    local r, err = etcd():get(U.key("jobs", name), { revision = rev })
+    local r, err = etcd():get(keys.key(U.prefix(), "jobs", name), { revision = rev })
     kv = r and r.kvs[1]
     if not kv then return nil, err or ("ENOENT: job " .. name .. " at revision " .. tostring(rev)) end
   end
@@ -200,7 +199,7 @@ local function last_fallback(names, last)
   for i = 1, #names, 128 do
     local ops = {}
     for k = i, math.min(i + 127, #names) do
-      ops[#ops + 1] = { get = { key = U.key("runs", names[k]) .. "/", prefix = true, sort = "key",
+      ops[#ops + 1] = { get = { key = keys.dir(U.prefix(), "runs", names[k]), prefix = true, sort = "key",
                                 order = "desc", limit = 1 } }
     end
     local r, err, code = e:txn { success = ops }
@@ -209,7 +208,7 @@ local function last_fallback(names, last)
       local name, kv = names[i + k - 1], resp.kvs[1]
       if kv then
         local rec = decode_object(kv.value) or { state = "unreadable" }
-        rec.key = kv.key:sub(#U.key("runs", name) + 2)
+        rec.key = select(2, keys.split(U.prefix(), "runs", kv.key))
         last[name] = last_of(rec)
       end
     end
@@ -225,8 +224,8 @@ end
 -- without one (records older than it, raw writes), from its newest record.
 function M.jobs_view(opts)
   opts = opts or {}
-  local jpfx, ppfx, spfx, lpfx = U.key("jobs") .. "/", U.key("paused") .. "/", U.key("status") .. "/",
-    U.key("last") .. "/"
+  local jpfx, ppfx, spfx, lpfx = keys.dir(U.prefix(), "jobs"), keys.dir(U.prefix(), "paused"), keys.dir(U.prefix(), "status"),
+    keys.dir(U.prefix(), "last")
   local r, err, code = etcd():txn { success = {
     { get = { key = jpfx, prefix = true, sort = "key", order = "asc", keys_only = opts.keys_only or nil } },
     { get = { key = ppfx, prefix = true, keys_only = true } },
@@ -235,9 +234,9 @@ function M.jobs_view(opts)
   } }
   if not r then return nil, err, code end
   local view = { jobs = {}, paused = {}, status = {}, last = {} }
-  for _, kv in ipairs(r.responses[2].kvs) do view.paused[kv.key:sub(#ppfx + 1)] = true end
+  for _, kv in ipairs(r.responses[2].kvs) do view.paused[keys.under(ppfx, kv.key)] = true end
   for _, kv in ipairs(r.responses[3].kvs) do
-    local jname, node = kv.key:sub(#spfx + 1):match("^([^/]+)/(.+)$")
+    local jname, node = keys.under(spfx, kv.key):match("^([^/]+)/(.+)$")
     if jname then
       local v = decode_object(kv.value) or {}
       view.status[jname] = view.status[jname] or {}
@@ -246,13 +245,13 @@ function M.jobs_view(opts)
   end
   local has_last = {}
   for _, kv in ipairs(r.responses[4].kvs) do
-    local name = kv.key:sub(#lpfx + 1)
+    local name = keys.under(lpfx, kv.key)
     has_last[name] = true
     view.last[name] = M.last_entry(kv.value)
   end
   local missing = {}
   for _, kv in ipairs(r.responses[1].kvs) do
-    local name = kv.key:sub(#jpfx + 1)
+    local name = keys.under(jpfx, kv.key)
     view.jobs[#view.jobs + 1] = { name = name, revision = kv.mod_revision, created = kv.create_revision,
                                   version = kv.version, value = not opts.keys_only and kv.value or nil }
     if not has_last[name] then missing[#missing + 1] = name end
@@ -314,9 +313,9 @@ function M.list_jobs(opts)
     end
   end
   local list, soonest = {}, nil
-  local P, every = U.key("jobs") .. "/", opts.yield_every
+  local P, every = U.prefix(), opts.yield_every
   for i, j in ipairs(view.jobs) do
-    local d, _, nf = describe(j.name, { key = P .. j.name, mod_revision = j.revision, value = j.value or "",
+    local d, _, nf = describe(j.name, { key = keys.key(P, "jobs", j.name), mod_revision = j.revision, value = j.value or "",
                                          create_revision = j.created, version = j.version },
       view.paused[j.name], view.status[j.name], spec_for)
     d.last = view.last[j.name]
@@ -339,7 +338,7 @@ function M.show_job(name)
   if kv == nil then return nil, err, code end
   if not kv then return fail(no_job(name), "ENOENT") end
   local e = etcd()
-  local pr, perr, pcode = e:get(U.key("paused", name))
+  local pr, perr, pcode = e:get(keys.key(U.prefix(), "paused", name))
   if not pr then return nil, perr, pcode end
   local st, serr, scode = statuses(name)
   if not st then return nil, serr, scode end
@@ -389,11 +388,11 @@ function M.recent_runs(limit, opts)
   local e = etcd()
   local last = opts and opts.last
   if not last then
-    local lpfx = U.key("last") .. "/"
+    local lpfx = keys.dir(U.prefix(), "last")
     local r, err, code = e:get(lpfx, { prefix = true })
     if not r then return nil, err, code end
     last = {}
-    for _, kv in ipairs(r.kvs) do last[kv.key:sub(#lpfx + 1)] = M.last_entry(kv.value) end
+    for _, kv in ipairs(r.kvs) do last[keys.under(lpfx, kv.key)] = M.last_entry(kv.value) end
   end
   local jobs = {}
   for name, l in pairs(last) do
@@ -409,17 +408,17 @@ function M.recent_runs(limit, opts)
     local ops, names = {}, {}
     for k = i, math.min(i + 63, #jobs) do
       names[#names + 1] = jobs[k].name
-      ops[#ops + 1] = { get = { key = U.key("runs", jobs[k].name) .. "/", prefix = true, sort = "key",
+      ops[#ops + 1] = { get = { key = keys.dir(U.prefix(), "runs", jobs[k].name), prefix = true, sort = "key",
                                 order = "desc", limit = limit } }
     end
     i = i + #ops
     local tr, terr, tcode = e:txn { success = ops }
     if not tr then return nil, terr, tcode end
     for k, resp in ipairs(tr.responses) do
-      local pfx = U.key("runs", names[k]) .. "/"
+      local pfx = keys.dir(U.prefix(), "runs", names[k])
       for _, kv in ipairs(resp.kvs) do
         local rec = decode_object(kv.value) or { state = "unreadable", error = kv.value }
-        rec.key, rec.job = kv.key:sub(#pfx + 1), names[k]
+        rec.key, rec.job = keys.under(pfx, kv.key), names[k]
         found[#found + 1] = rec
       end
     end
@@ -453,19 +452,19 @@ function M.get_run(name, id, opts)
   local P = U.prefix()
   if id == "latest" then
     -- (no run id is a word: instants, task and event ids start with digits)
-    local l, lerr, lcode = e:get(U.key("runs", name) .. "/", { prefix = true, sort = "create", order = "desc",
+    local l, lerr, lcode = e:get(keys.dir(U.prefix(), "runs", name), { prefix = true, sort = "create", order = "desc",
                                                                limit = 1, keys_only = true })
     if not l then return nil, lerr, lcode end
     if not l.kvs[1] then
       local jkv, jerr, jcode = get_job(name)
       if jkv == nil then return nil, jerr, jcode end
-      if not jkv then return fail("ENOENT: no job " .. name .. " at " .. U.key("jobs", name), "ENOENT") end
+      if not jkv then return fail("ENOENT: no job " .. name .. " at " .. keys.key(U.prefix(), "jobs", name), "ENOENT") end
       return fail("ENOENT: job " .. name .. " has no runs yet", "ENOENT")
     end
-    id = l.kvs[1].key:sub(#U.key("runs", name) + 2)
+    id = select(2, keys.split(U.prefix(), "runs", l.kvs[1].key))
   end
   local r, err, code = e:txn { success = {
-    { get = { key = U.key("runs", name, id) } },
+    { get = { key = keys.key(U.prefix(), "runs", name, id) } },
     { get = { key = output.run_prefix(P, name, id), prefix = true } },
   } }
   if not r then return nil, err, code end
@@ -473,7 +472,7 @@ function M.get_run(name, id, opts)
   if not kv then
     local jkv, jerr, jcode = get_job(name)
     if jkv == nil then return nil, jerr, jcode end
-    if not jkv then return fail("ENOENT: no job " .. name .. " at " .. U.key("jobs", name), "ENOENT") end
+    if not jkv then return fail("ENOENT: no job " .. name .. " at " .. keys.key(U.prefix(), "jobs", name), "ENOENT") end
     return fail("ENOENT: no run " .. id .. " of job " .. name .. " (see baton job history " .. name .. ")", "ENOENT")
   end
   local rec = decode_object(kv.value) or { state = "unreadable", error = kv.value }
@@ -507,13 +506,13 @@ end
 -- code when etcd cannot be asked.
 local function unknown_policy(spec)
   if policy.builtin(spec.policy) then return false end
-  local pfx = U.key("policies") .. "/"
+  local pfx = keys.dir(U.prefix(), "policies")
   local r, err, code = etcd():get(pfx, { prefix = true, keys_only = true })
   if not r then return nil, err, code end
   local known = {}
   for _, n in ipairs(policy.BUILTINS) do known[#known + 1] = n end
   for _, kv in ipairs(r.kvs) do
-    local n = kv.key:sub(#pfx + 1)
+    local n = keys.under(pfx, kv.key)
     if n == spec.policy then return false end
     known[#known + 1] = n
   end
@@ -617,7 +616,7 @@ end
 -- ECONFLICT when opts.revision or the signature's place did not hold;
 -- nothing stored).
 local function store_source(kind, name, source, opts)
-  local key, rev = U.key(kind == "job" and "jobs" or "policies", name), opts.revision
+  local key, rev = keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name), opts.revision
   local r, err, code
   for _ = 1, 5 do
     local text, c, v = source, nil, nil
@@ -684,7 +683,7 @@ function M.sign_source(kind, name, source, secret, chunkname)
   local check = kind == "job" and M.check_job or M.check_policy
   local ok, err, code, extra = check(name, source, chunkname)
   if not ok then return nil, err, code, extra end
-  local key = U.key(kind == "job" and "jobs" or "policies", name)
+  local key = keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name)
   for _ = 1, 5 do
     local base, berr, bcode = signing_base(kind, name, key)
     if base == nil then return nil, berr, bcode end
@@ -735,26 +734,26 @@ function M.rm_job(name, opts)
   local ok, nerr, ncode = check_name("job", name)
   if not ok then return nil, nerr, ncode end
   local e = etcd()
-  local jkey = U.key("jobs", name)
+  local jkey = keys.key(U.prefix(), "jobs", name)
   local ops = {
     { delete = { key = jkey, prev_kv = true } },
-    { delete = { key = U.key("paused", name) } },
-    { delete = { key = U.key("status", name) .. "/", prefix = true } },
-    { delete = { key = U.key("trigger", name) .. "/", prefix = true } },
+    { delete = { key = keys.key(U.prefix(), "paused", name) } },
+    { delete = { key = keys.dir(U.prefix(), "status", name), prefix = true } },
+    { delete = { key = keys.dir(U.prefix(), "trigger", name), prefix = true } },
   }
   -- Events waiting for the job (pending/ entries with an event id, which
   -- have no record yet) go with it; pending retries of runs that have a
   -- record stay, so those runs are still ended (abandoned) by a node.
-  local pend = U.key("pending", name) .. "/"
+  local pend = keys.dir(U.prefix(), "pending", name)
   local pr, perr, pcode = e:get(pend, { prefix = true, keys_only = true })
   if not pr then return nil, perr, pcode end
   for _, kv in ipairs(pr.kvs) do
-    if kv.key:sub(#pend + 1):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
+    if keys.under(pend, kv.key):find("~", 1, true) then ops[#ops + 1] = { delete = { key = kv.key } } end
   end
   if opts.purge then
-    ops[#ops + 1] = { delete = { key = U.key("last", name) } }
-    ops[#ops + 1] = { delete = { key = U.key("output", name) .. "/", prefix = true } }
-    ops[#ops + 1] = { delete = { key = U.key("runs", name) .. "/", prefix = true } }
+    ops[#ops + 1] = { delete = { key = keys.key(U.prefix(), "last", name) } }
+    ops[#ops + 1] = { delete = { key = keys.dir(U.prefix(), "output", name), prefix = true } }
+    ops[#ops + 1] = { delete = { key = keys.dir(U.prefix(), "runs", name), prefix = true } }
   end
   local r, err, code = e:txn {
     compare = { { key = jkey, target = "create", op = ">", value = 0 } },
@@ -772,7 +771,7 @@ end
 local function set_paused(name, paused)
   local ok, nerr, ncode = check_name("job", name)
   if not ok then return nil, nerr, ncode end
-  local jkey, pkey = U.key("jobs", name), U.key("paused", name)
+  local jkey, pkey = keys.key(U.prefix(), "jobs", name), keys.key(U.prefix(), "paused", name)
   local op = paused
     and { put = { key = pkey, value = json.encode { at = baton.now() } } }
     or { delete = { key = pkey } }
@@ -796,8 +795,8 @@ function M.resume_job(name) return set_paused(name, false) end
 -- claims the run U.manual_id(at). Returns the key and that run id, or nil,
 -- err, code; ENOENT if there is no such job.
 local function request_run(name, force, params)
-  local jkey = U.key("jobs", name)
-  local key = U.key("trigger", name, U.time_id())
+  local jkey = keys.key(U.prefix(), "jobs", name)
+  local key = keys.key(U.prefix(), "trigger", name, U.time_id())
   local value = json.encode { force = force, at = baton.now(), params = params }
   local r, err, code = etcd():txn {
     compare = { { key = jkey, target = "create", op = ">", value = 0 } },
@@ -872,7 +871,7 @@ end
 -- marker); or nil, err, code.
 local function kill_targets(name, id)
   local e = etcd()
-  local mpfx = U.key("running", name) .. "/"
+  local mpfx = keys.dir(U.prefix(), "running", name)
   if not id then
     local r, err, code = e:get(mpfx, { prefix = true })
     if not r then return nil, err, code end
@@ -885,11 +884,12 @@ local function kill_targets(name, id)
     local list = {}
     for _, mkv in ipairs(r.kvs) do
       local m = decode_object(mkv.value) or {}
-      list[#list + 1] = { id = mkv.key:sub(#mpfx + 1), node = field(m, "node"), attempt = field(m, "attempt") }
+      list[#list + 1] = { id = keys.under(mpfx, mkv.key), node = field(m, "node"), attempt = field(m, "attempt") }
     end
     return list
   end
-  local r, err, code = e:txn { success = { { get = { key = mpfx .. id } }, { get = { key = U.key("runs", name, id) } } } }
+  local r, err, code = e:txn { success = { { get = { key = keys.key(U.prefix(), "running", name, id) } },
+                                           { get = { key = keys.key(U.prefix(), "runs", name, id) } } } }
   if not r then return nil, err, code end
   local mkv, rkv = r.responses[1].kvs[1], r.responses[2].kvs[1]
   if mkv then
@@ -927,7 +927,7 @@ function M.kill_job(name, opts)
   local value = runs_mod.cancel_value("killed by " .. who, who)
   local killed = {}
   for _, t in ipairs(targets) do
-    local k = runs_mod.keys(U.prefix(), name, t.id)
+    local k = keys.run(U.prefix(), name, t.id)
     -- only while the attempt executes: a run that ended keeps no request
     local r, kerr, kcode = etcd():txn {
       compare = { { key = k.marker, target = "create", op = ">", value = 0 } },
@@ -948,14 +948,14 @@ end
 -- max_skew, ...}) with lease, by name. A record on no lease is no node's
 -- (U.live_nodes): left out.
 function M.nodes()
-  local pfx = U.key("nodes") .. "/"
+  local pfx = keys.dir(U.prefix(), "nodes")
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
   if not r then return nil, err, code end
   local list = {}
   for _, kv in ipairs(r.kvs) do
     if kv.lease then
       local v = decode_object(kv.value) or {}
-      v.name = field(v, "name") or kv.key:sub(#pfx + 1)
+      v.name = field(v, "name") or keys.under(pfx, kv.key)
       v.lease = kv.lease
       list[#list + 1] = v
     end
@@ -967,7 +967,7 @@ end
 -- the oldest key under P election/ (etcd's election recipe); ENOENT when
 -- there is none.
 function M.leader()
-  local pfx = U.key("election") .. "/"
+  local pfx = keys.dir(U.prefix(), "election")
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "create", order = "asc", limit = 1 })
   if not r then return nil, err, code end
   local kv = r.kvs[1]
@@ -986,7 +986,7 @@ end
 
 -- queue_push(queue, value) --> {queue, key, revision}: a task under
 -- P queue/<queue>/<id>, id = <unix ms, 13 digits>-<16 random hex digits>
--- (design.md section 7.3), created only if absent.
+-- (docs/guide.md, "5. Queues"), created only if absent.
 function M.queue_push(queue, value)
   if not job.valid_name(queue) then
     return fail(format("EINVAL: invalid queue name \"%s\" (%s)", tostring(queue), U.NAME_RULE), "EINVAL")
@@ -996,7 +996,7 @@ function M.queue_push(queue, value)
     -- (a run is given text: node/runs.lua would record it failed, unfit)
     return fail("EINVAL: a task cannot hold a NUL byte; nothing was stored", "EINVAL")
   end
-  local key = U.key("queue", queue, U.time_id())
+  local key = keys.key(U.prefix(), "queue", queue, U.time_id())
   if #value > max_task(key) then return fail(too_big_task(#value), "EFBIG") end
   -- created only if absent: an id collision must not overwrite a task
   local r, err, code = etcd():txn {
@@ -1049,12 +1049,12 @@ function M.queue_tasks(text, name)
   name = name or "the input"
   if type(text) ~= "string" then return fail("EINVAL: the tasks must be a string", "EINVAL") end
   local first = text:find("%S")
-  local values, where = {}, nil
+  local values, where = {}
   if first and text:sub(first, first) == "[" then
     -- (\u0000 read as U+FFFD, not cut short: refused below, naming the element)
     local arr, jerr = json.decode(text, { nul = "replace" })
     -- The elements' own text, between the commas of the array's level.
-    local spans, i, stop = {}, first + 1, nil
+    local spans, i, stop = {}, first + 1
     if arr ~= nil and type(arr) == "table" then
       if text:find("^%s*%]", i) then
         stop = text:find("]", i, true)
@@ -1141,7 +1141,7 @@ function M.queue_push_many(queue, values, where)
     return fail("EINVAL: no tasks to push; nothing was stored", "EINVAL")
   end
   where = where or function(i) return "task " .. i end
-  local pfx = U.key("queue", queue) .. "/"
+  local pfx = keys.dir(U.prefix(), "queue", queue)
   local keylen = #pfx + 13 + 1 + 16
   local max = U.MAX_REQUEST - keylen - 512
   for i, v in ipairs(values) do
@@ -1155,7 +1155,7 @@ function M.queue_push_many(queue, values, where)
   end
   local e = etcd()
   local salt, counter, last_ms = U.random_hex(4), 0, 0
-  local keys, n, rev = {}, #values, nil
+  local made, n, rev = {}, #values, nil
   local i = 1
   while i <= n do
     local ms = math.max(math.floor(baton.now() * 1000), last_ms)
@@ -1165,11 +1165,11 @@ function M.queue_push_many(queue, values, where)
     while i <= n and #success < M.PUSH_TXN_OPS do
       local size = 2 * keylen + #values[i] + 64
       if #success > 0 and bytes + size > M.PUSH_TXN_BYTES then break end
-      local key = format("%s%013d-%s%08x", pfx, ms, salt, counter)
+      local key = keys.key(U.prefix(), "queue", queue, format("%013d-%s%08x", ms, salt, counter))
       counter = counter + 1
       compare[#compare + 1] = { key = key, target = "create", op = "==", value = 0 }
       success[#success + 1] = { put = { key = key, value = values[i] } }
-      keys[i] = key
+      made[i] = key
       bytes, i = bytes + size, i + 1
     end
     local r, err, code
@@ -1184,7 +1184,7 @@ function M.queue_push_many(queue, values, where)
     if not applied then
       -- A try whose answer was lost may have stored them (then the next
       -- try fails its compares): the first key says so.
-      local g = e:get(keys[first])
+      local g = e:get(made[first])
       if g and g.kvs[1] and g.kvs[1].value == values[first] then
         applied = true
       elseif r then
@@ -1196,15 +1196,15 @@ function M.queue_push_many(queue, values, where)
       end
     end
     if not applied then
-      local stored = first - 1
+      local nstored = first - 1
       local kept = {}
-      for k = 1, stored do kept[k] = keys[k] end
+      for k = 1, nstored do kept[k] = made[k] end
       return nil, format("%s; %d of %d tasks were stored (the first %d of the input), the rest were not",
-        tostring(err), stored, n, stored), code or "EIO", { stored = stored, keys = json.array(kept) }
+        tostring(err), nstored, n, nstored), code or "EIO", { stored = nstored, keys = json.array(kept) }
     end
     rev = (r and r.succeeded) and r.revision or rev
   end
-  return { queue = queue, count = n, keys = json.array(keys), revision = rev }
+  return { queue = queue, count = n, keys = json.array(made), revision = rev }
 end
 
 ---------------------------------------------------------------------------
@@ -1213,13 +1213,12 @@ end
 -- Status records of policies: {[name] = {{node=, revision=, error=}, ...}}
 -- (of one policy when name is given).
 local function policy_statuses(name, revision)
-  local pfx = U.key("policy-status") .. "/" .. (name and (name .. "/") or "")
+  local pfx = name and keys.dir(U.prefix(), "policy-status", name) or keys.dir(U.prefix(), "policy-status")
   local r, err, code = etcd():get(pfx, { prefix = true, revision = revision })
   if not r then return nil, err, code end
   local all = {}
-  local base = #U.key("policy-status") + 2
   for _, kv in ipairs(r.kvs) do
-    local pname, node = kv.key:sub(base):match("^([^/]+)/(.+)$")
+    local pname, node = keys.split(U.prefix(), "policy-status", kv.key)
     if pname then
       local v = decode_object(kv.value) or { error = "unreadable status: " .. kv.value }
       all[pname] = all[pname] or {}
@@ -1275,14 +1274,14 @@ end
 -- policy ls --json`): {name, builtin, stored, broken, error?, revision?,
 -- key?, description?, functions [...], selftest (has one), status [...]}.
 function M.list_policies()
-  local pfx = U.key("policies") .. "/"
+  local pfx = keys.dir(U.prefix(), "policies")
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
   if not r then return nil, err, code end
   local st, serr, scode = policy_statuses(nil, r.revision)
   if not st then return nil, serr, scode end
   local kvs, names = {}, {}
   for _, kv in ipairs(r.kvs) do
-    local name = kv.key:sub(#pfx + 1)
+    local name = keys.under(pfx, kv.key)
     kvs[name] = kv
     names[#names + 1] = name
   end
@@ -1301,7 +1300,7 @@ end
 function M.show_policy(name)
   local ok, nerr, ncode = check_name("policy", name)
   if not ok then return nil, nerr, ncode end
-  local key = U.key("policies", name)
+  local key = keys.key(U.prefix(), "policies", name)
   local r, err, code = etcd():get(key)
   if not r then return nil, err, code end
   local kv = r.kvs[1]
@@ -1362,12 +1361,12 @@ function M.rm_policy(name, opts)
   opts = opts or {}
   local ok, nerr, ncode = check_name("policy", name)
   if not ok then return nil, nerr, ncode end
-  local key = U.key("policies", name)
+  local key = keys.key(U.prefix(), "policies", name)
   local r, err, code = etcd():txn {
     compare = { { key = key, target = "create", op = ">", value = 0 } },
     success = {
       { delete = { key = key, prev_kv = true } },
-      { delete = { key = U.key("policy-status", name) .. "/", prefix = true } },
+      { delete = { key = keys.dir(U.prefix(), "policy-status", name), prefix = true } },
     },
   }
   if not r then return nil, err, code end

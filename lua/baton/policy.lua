@@ -1,4 +1,4 @@
--- Scheduling policies (design.md section 8, docs/policies.md): loading a
+-- Scheduling policies (docs/policies.md): loading a
 -- policy's source, calling its decisions safely, and the built-ins.
 --
 --   local policy = require "baton.policy"
@@ -18,7 +18,7 @@
 -- answer when it says false.
 local job = require "baton.job"
 
-local type, pairs, ipairs, tostring, select, next = type, pairs, ipairs, tostring, select, next
+local type, pairs, ipairs, tostring, select = type, pairs, ipairs, tostring, select
 local pcall, error, rawget = pcall, error, rawget
 local format, byte, floor, huge, concat, sort = string.format, string.byte, math.floor, math.huge,
   table.concat, table.sort
@@ -35,8 +35,8 @@ M.LOAD_BUDGET = 1e7
 M.CALL_BUDGET = 2e7
 M.SELFTEST_BUDGET = 5e7
 
--- The decisions (design.md section 8), and everything a policy table may
--- hold.
+-- The decisions (docs/policies.md, "The interface"), and everything a policy
+-- table may hold.
 M.DECISIONS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan" }
 M.FIELDS = { "claim_delay", "assign_shards", "retry_delay", "on_orphan", "selftest", "description" }
 local ALIASES = {
@@ -167,7 +167,7 @@ function M.run_file(source, name, chunkname)
   if byte(source, 1) == 27 then
     return fail(name, "precompiled bytecode is refused: store the Lua source text")
   end
-  local chunk, err = loadstring(source, "@" .. (chunkname or ("policies/" .. name)))
+  local chunk, err = loadstring(source, "@" .. (chunkname or ("policies/" .. name))) -- keys: not a key
   if not chunk then return fail(name, "syntax error: " .. tostring(err)) end
   setfenv(chunk, job.new_env(true))
   if jit then jit.off(chunk, true) end
@@ -409,7 +409,7 @@ end
 function M.preview(mod)
   local util = require "baton.policies.util"
   local s = util.sample()
-  local job, nodes = s.job, s.nodes
+  local sjob, nodes = s.job, s.nodes
   local ok, lines = true, {}
   local function line(l) lines[#lines + 1] = l end
   local function from(f) return mod[f] == nil and " (default's)" or "" end
@@ -421,14 +421,14 @@ function M.preview(mod)
   end
   line("sample cluster: " .. concat(parts, ", "))
   line(format("sample job: schedule %q, %d shards, retry {attempts = %d, backoff = %g, max_backoff = %g, "
-    .. "jitter = %g}, on_node_loss %s", job.schedule, job.shards, job.retry.attempts, job.retry.backoff,
-    job.retry.max_backoff, job.retry.jitter, job.on_node_loss))
+    .. "jitter = %g}, on_node_loss %s", sjob.schedule, sjob.shards, sjob.retry.attempts, sjob.retry.backoff,
+    sjob.retry.max_backoff, sjob.retry.jitter, sjob.on_node_loss))
   line("claim_delay" .. from("claim_delay") .. ":")
   local reasons, seen = {}, {}
   for _, fire in ipairs(s.instants) do
     local cells = {}
     for _, me in ipairs(nodes) do
-      local cok, d = M.call(mod, "claim_delay", job, fire, nodes, me)
+      local cok, d = M.call(mod, "claim_delay", sjob, fire, nodes, me)
       if not cok then
         ok = false
         cells[#cells + 1] = me.name .. " FAILED"
@@ -440,22 +440,22 @@ function M.preview(mod)
     line("  " .. os.date("!%Y-%m-%dT%H:%M:%SZ", fire) .. "  " .. concat(cells, ", "))
   end
   for _, r in ipairs(reasons) do line("  FAILED: " .. r) end
-  local aok, a = M.call(mod, "assign_shards", job, job.shards, nodes, s.instants[1])
+  local aok, a = M.call(mod, "assign_shards", sjob, sjob.shards, nodes, s.instants[1])
   if not aok then ok = false; line("assign_shards" .. from("assign_shards") .. ": FAILED: " .. a)
   elseif a == nil then line("assign_shards" .. from("assign_shards") .. ": nil (no node runs them)")
   else
-    line(format("assign_shards%s: %s (%s)", from("assign_shards"), util.show_assignment(a, job.shards),
+    line(format("assign_shards%s: %s (%s)", from("assign_shards"), util.show_assignment(a, sjob.shards),
       (util.counts(a))))
   end
   local cells = {}
   for attempt = 1, 4 do
-    local rok, d = M.call(mod, "retry_delay", job, { job = job.name, attempt = attempt, state = "failed",
+    local rok, d = M.call(mod, "retry_delay", sjob, { job = sjob.name, attempt = attempt, state = "failed",
       node = "n1", error = "exit status 1" }, "exit status 1")
     if not rok then ok = false; cells[#cells + 1] = attempt .. " FAILED: " .. d
     else cells[#cells + 1] = attempt .. " -> " .. (d and util.show_delay(d) or "give up") end
   end
   line("retry_delay" .. from("retry_delay") .. " after attempt: " .. concat(cells, ", "))
-  local ook, o = M.call(mod, "on_orphan", job, { job = job.name, attempt = 1, state = "running", node = "n2" })
+  local ook, o = M.call(mod, "on_orphan", sjob, { job = sjob.name, attempt = 1, state = "running", node = "n2" })
   if not ook then ok = false; line("on_orphan" .. from("on_orphan") .. ": FAILED: " .. o)
   else line("on_orphan" .. from("on_orphan") .. ": " .. o) end
   return ok, lines

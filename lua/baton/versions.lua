@@ -4,12 +4,13 @@
 --   P versions/<job>/<revision>             one entry per put/rm of P jobs/<job>
 --   P policy-versions/<policy>/<revision>   the same for P policies/<policy>
 --
--- (the jobs' log is design.md section 9's key; jobs and policies may share
--- names, so the policies' log has a prefix of its own, as policy-status/
--- beside status/.) <revision> is the etcd revision of the put or delete. An
--- entry's value is one line of JSON -- {op, author, time, sha256, revision,
--- size, etcd_user?} -- then "\n" and the source as stored (nothing for an
--- rm): the source outlives etcd's compaction, and needs no escaping.
+-- (the jobs' log is a key of docs/architecture.md's "Key layout"; jobs and
+-- policies may share names, so the policies' log has a prefix of its own, as
+-- policy-status/ beside status/.) <revision> is the etcd revision of the put
+-- or delete. An entry's value is one line of JSON -- {op, author, time,
+-- sha256, revision, size, etcd_user?} -- then "\n" and the source as stored
+-- (nothing for an rm): the source outlives etcd's compaction, and needs no
+-- escaping.
 --
 -- baton.ops records an entry after each put_job/put_policy/rm_job/rm_policy
 -- (record below), in a txn that follows the write and prunes the log to the
@@ -18,6 +19,7 @@
 -- author "unknown".
 local baton = require "baton"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 
 local json = baton.json
 local format = string.format
@@ -35,7 +37,7 @@ local function fail(msg, code) return nil, msg, code or msg:match("^(E[%u%d]+):"
 
 -- The prefix of the log of one job or policy, with its trailing "/".
 function M.prefix(kind, name)
-  return U.key(LOGS[kind], name) .. "/"
+  return keys.dir(U.prefix(), LOGS[kind], name)
 end
 
 -- Who makes this change: the given author; else, when the client
@@ -75,7 +77,7 @@ function M.record(kind, name, revision, source, opts, prev)
   if not r then return nil, err, code end
   local revs, have = {}, {}
   for _, kv in ipairs(r.kvs) do
-    local rev = tonumber(kv.key:sub(#pfx + 1))
+    local rev = tonumber(keys.under(pfx, kv.key))
     if rev and rev ~= revision then revs[#revs + 1] = rev end
     if rev then have[rev] = true end
   end
@@ -133,7 +135,7 @@ end
 -- "-" for a removal. ENOENT when there is neither an entry nor a stored
 -- source.
 function M.list(kind, name)
-  local key = U.key(KINDS[kind], name)
+  local key = keys.key(U.prefix(), KINDS[kind], name)
   local pfx = M.prefix(kind, name)
   local r, err, code = etcd():txn { success = {
     { get = { key = key } },
@@ -143,7 +145,7 @@ function M.list(kind, name)
   local cur = r.responses[1].kvs[1]
   local list, seen = {}, {}
   for _, kv in ipairs(r.responses[2].kvs) do
-    local rev = tonumber(kv.key:sub(#pfx + 1))
+    local rev = tonumber(keys.under(pfx, kv.key))
     local meta = rev and parse(kv.value)
     if meta then
       meta.revision = rev
@@ -179,7 +181,7 @@ end
 -- code (ECONFLICT when the log
 -- entry does not match etcd's history: the log was rewritten).
 function M.source(kind, name, rev)
-  local key = U.key(KINDS[kind], name)
+  local key = keys.key(U.prefix(), KINDS[kind], name)
   local pfx = M.prefix(kind, name)
   local r, err, code = etcd():get(pfx .. rev)
   if not r then return nil, err, code end
@@ -278,7 +280,7 @@ function M.rollback(kind, name, rev, opts)
     end
   end
   src = sign.split(src)
-  local cur = etcd():get(U.key(KINDS[kind], name))
+  local cur = etcd():get(keys.key(U.prefix(), KINDS[kind], name))
   local now = cur and cur.kvs[1] and cur.kvs[1].value or ""
   local diff, derr, dcode = M.diff_text(kind, name, sign.split(now), src, "current", rev)
   if not diff then return nil, derr, dcode end

@@ -1,6 +1,6 @@
 /*
- * Containment of a worker's processes (design.md section 3: nothing user
- * code does may outlive its run).
+ * Containment of a worker's processes (docs/architecture.md, "The pieces":
+ * nothing user code does may outlive its run).
  *
  * `baton worker` starts in bt_contain_worker(), before any Lua. The process
  * becomes the worker's *containment process*: it forks the worker (which

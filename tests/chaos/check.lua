@@ -253,12 +253,11 @@ local marker_at_end = {}
 for _, kv in ipairs(state.running or {}) do marker_at_end[kv.key:sub(9)] = true end
 
 -- The faults.
-local faults, fault_count, fault_skipped = {}, {}, {}
+local fault_count, fault_skipped = {}, {}
 local grace_terms = {} -- node-term-grace: SIGTERM ~0.3 s into a graceful run
 local node_faults, pauses, etcd_faults = {}, {}, {}
 local open = {}
 for t in each(D .. "/faults.jsonl") do
-  faults[#faults + 1] = t
   if t.phase == "begin" then
     fault_count[t.kind] = (fault_count[t.kind] or 0) + 1
     open[t.n] = t
@@ -595,11 +594,11 @@ end
 -- when nothing else is).
 local function cause_of(node, from, to)
   local function on(f) return f.mono <= to and (f.to or f.mono) >= from end
-  local best, skew
+  local best, skewed
   for _, f in ipairs(node_faults) do
     if f.node == node and on(f) then
       if f.kind == "skew" then
-        if not skew or f.mono > skew.mono then skew = f end
+        if not skewed or f.mono > skewed.mono then skewed = f end
       elseif not best or f.mono > best.mono then best = f end
     end
   end
@@ -607,7 +606,7 @@ local function cause_of(node, from, to)
   for _, f in ipairs(etcd_faults) do
     if on(f) and (not best or f.mono > best.mono) then best = f end
   end
-  return best or skew
+  return best or skewed
 end
 
 -- The first moment from t on at which a node that may run job (any node,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The source layout that design.md section 1 and docs/architecture.md
-# describe, checked so it stays true: engine files (runtime/core/) include
+# The source layout that docs/architecture.md ("The pieces") describes,
+# checked so it stays true: engine files (runtime/core/) include
 # no Lua header, bindings (runtime/lua/lua_*.c) each open one module, and
 # the HTTP client's front end and its backends depend one way only.
 set -uo pipefail

@@ -5,8 +5,8 @@
 -- prints the run's output as logs -f does. And `job logs NAME` of a
 -- sharded instant shows every shard, labelled, and -f asks which.
 local T = require "tap"
+local _ -- results a check ignores
 local N = require "nodes"
-local F = require "files"
 
 local c = N.new("clirunwait")
 local e, P = c.e, c.P
@@ -160,7 +160,6 @@ return { schedule = "@every 2s", shards = 3, run = function(ctx) print("I am sha
 local instant = N.wait(30, function()
   local by = {}
   for _, r in ipairs(c:records("sharded")) do
-    local inst = r.id -- (records() keeps the last component: the shard)
     by[r.fire] = (by[r.fire] or 0) + (r.state == "succeeded" and 1 or 0)
     if by[r.fire] == 3 then return r.fire end
   end

@@ -1,5 +1,6 @@
--- `baton cron EXPR [--tz ZONE] [-n N] [--from TIME]` (design.md section 4):
--- output format, flags, exit statuses and one-line errors.
+-- `baton cron EXPR [--tz ZONE] [-n N] [--from TIME]` (docs/baton.1,
+-- docs/schedules.md): output format, flags, exit statuses and one-line
+-- errors.
 local T = require "tap"
 
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end

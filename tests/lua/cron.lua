@@ -1,4 +1,4 @@
--- baton.cron: the Lua API of schedules (design.md section 5). Instants are
+-- baton.cron: the Lua API of schedules (docs/schedules.md). Instants are
 -- hand-checked: 2026-03-08 is New York's spring-forward Sunday, 2026-11-01
 -- its fall-back Sunday.
 local T = require "tap"

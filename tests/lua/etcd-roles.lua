@@ -10,6 +10,7 @@
 -- etcdctl's command line (a recording etcdctl on PATH), takes them from
 -- files, and ends with one line when etcd does not answer.
 local T = require "tap"
+local _ -- results a check ignores
 local H = require "etcdh"
 local N = require "nodes"
 local F = require "files"

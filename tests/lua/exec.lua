@@ -3,6 +3,7 @@
 -- env/cwd/stdin, misuse, concurrency, user coroutines, and a killed
 -- coroutine (the child and its group are killed, the process exits).
 local T = require "tap"
+local _ -- results a check ignores
 
 local function sh(script, opts)
   local t = {"sh", "-c", script}

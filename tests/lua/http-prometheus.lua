@@ -10,8 +10,6 @@ local N = require "nodes"
 local X = require "exposition"
 local files = require "files"
 
-local bin = os.getenv("BATON_BIN") or "bin/baton"
-
 -- n distinct free ports on 127.0.0.1, outside the kernel's ephemeral range
 -- (an outgoing connection could take one meanwhile).
 local function free_ports(n)

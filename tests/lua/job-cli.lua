@@ -1,8 +1,10 @@
--- baton check, job put|ls|show|rm|run|pause|resume|history, queue push,
--- nodes and leader as processes against the harness's etcd (design.md
--- sections 4 and 9). Run records, node info and statuses, which the node
--- writes, are written here directly in the documented format.
+-- baton check, job put|ls|show|rm|run|pause|resume|history, queue push, nodes
+-- and leader as processes against the harness's etcd (docs/jobs.md, "The job
+-- CLI"; docs/architecture.md, "Key layout"). Run records, node info and
+-- statuses, which the node writes, are written here directly in the
+-- documented format.
 local T = require "tap"
+local _ -- results a check ignores
 local bin = os.getenv("BATON_BIN") or "bin/baton"
 local root = os.getenv("BATON_ROOT") or "."
 local e = baton.etcd

@@ -1,4 +1,4 @@
--- baton.job: compiling and validating job files (design.md section 6).
+-- baton.job: compiling and validating job files (docs/jobs.md).
 -- Every validation rule has a test with its exact message: the message is
 -- part of the contract.
 local T = require "tap"

@@ -7,7 +7,6 @@
 local T = require "tap"
 local N = require "nodes"
 local beats = require "beats"
-local json = baton.json
 local TTL = 3
 
 -- Lines of a node's log (logfmt) with their message and fields.
@@ -66,7 +65,6 @@ end
 -- re-run the job, and the two copies never overlap.
 do
   local c = N.new("nodefence2")
-  local e, P = c.e, c.P
   local B = beats.new(c.dir)
   c:start("a", TTL)
   c:start("b", TTL)

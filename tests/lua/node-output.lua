@@ -165,7 +165,6 @@ out = cli("job", "logs", "capped")
 lines = {}
 for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
 local dropped, shown = 0, 0
-local text_bytes = 0
 for _, l in ipairs(lines) do
   local n = l:match("^%.%.%. (%d+) lines? dropped %(the output of an attempt is capped at 64 KiB%) %.%.%.$")
   if n then dropped = dropped + tonumber(n) else shown = shown + 1 end

@@ -152,7 +152,7 @@ end)
 T.ok(started, "the run started on version 1")
 local rv2 = c:put_job("ver", versioned("v2"))
 T.ok(c:loaded("ver", rv2), "version 2 loaded while it runs")
-local done = N.wait(15, function()
+done = N.wait(15, function()
   local r = c:records("ver")[1]
   return r and r.state == "succeeded" and r
 end)

@@ -1,7 +1,7 @@
--- baton.policy and the built-in scheduling policies (design.md section 8,
--- docs/policies.md): each built-in's behaviour, loading errors (the
--- message is part of the contract), the bounded, checked calls and their
--- fallbacks, and every self-test. No etcd needed.
+-- baton.policy and the built-in scheduling policies (docs/policies.md): each
+-- built-in's behaviour, loading errors (the message is part of the contract),
+-- the bounded, checked calls and their fallbacks, and every self-test. No
+-- etcd needed.
 local T = require "tap"
 local policy = require "baton.policy"
 local util = require "baton.policies.util"

@@ -1,8 +1,10 @@
--- baton policy put|ls|show|rm and baton check on policy files, as
--- processes against the harness's etcd (design.md sections 4, 8 and 9).
--- Node statuses (P policy-status/<name>/<node>), which nodes write, are
--- written here directly in the documented format.
+-- baton policy put|ls|show|rm and baton check on policy files, as processes
+-- against the harness's etcd (docs/policies.md; the keys:
+-- docs/architecture.md, "Key layout"). Node statuses (P
+-- policy-status/<name>/<node>), which nodes write, are written here directly
+-- in the documented format.
 local T = require "tap"
+local _ -- results a check ignores
 local bin = os.getenv("BATON_BIN") or "bin/baton"
 local root = os.getenv("BATON_ROOT") or "."
 local e = baton.etcd

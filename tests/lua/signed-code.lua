@@ -184,7 +184,6 @@ status_code = api("PUT", "jobs/viahttp", dir .. "/viahttp.signed")
 T.is(status_code, 201, "API: PUT of a signed source: created")
 T.ok(c:loaded("viahttp", rev_of("job", "viahttp")), "API: the signed source loads")
 local before_plain = rev_of("job", "viahttp")
-local body
 status_code, body = api("PUT", "jobs/viahttp", write("viahttp.plain", job_src("http, unsigned")))
 T.is(status_code, 403, "API of a --trust node: PUT of an unsigned source is refused")
 T.like(type(body) == "table" and body.error or "", "^EACCES: untrusted: job viahttp is not signed[^\n]*nothing "

@@ -315,8 +315,8 @@ local function post(path, body)
   local r = assert(baton.exec { "curl", "-sS", "-X", "POST", "-H", "Authorization: Bearer " .. TOKEN,
     "--data-binary", "@" .. dir .. "/body", "-w", "\n%{http_code}", "--max-time", "20",
     ("http://127.0.0.1:%d%s"):format(port, path), timeout = 30 })
-  local body, status = r.stdout:match("^(.*)\n(%d+)$")
-  return tonumber(status), body
+  local answer, status = r.stdout:match("^(.*)\n(%d+)$")
+  return tonumber(status), answer
 end
 N.wait(10, function() return (post("/api/v1/jobs/nojob/run", "{}")) == 404 end)
 local status, body = post("/api/v1/jobs/leaky/run", '{"params": {"k": "a\\u0000b"}}')

@@ -142,7 +142,7 @@ local cmds = {
   { "policy", "show", "markerpol", "--json" }, { "policy", "versions", "markerpol" },
   { "nodes" }, { "leader" },
 }
-for _, cmd in ipairs(cmds) do c:cli(table.unpack and table.unpack(cmd) or unpack(cmd)) end
+for _, cmd in ipairs(cmds) do c:cli(unpack(cmd)) end
 T.is(marked(), nil, "CLI: no marker code ran (" .. #cmds .. " commands)")
 local rb = c:cli("job", "rollback", "marker", tostring(mrev), "--sign", dir .. "/k")
 T.like(rb.stderr, "EACCES: revision " .. mrev .. " of job marker was not signed by key", "rollback --sign of the "

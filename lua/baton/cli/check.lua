@@ -8,6 +8,7 @@
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 local job = require "baton.job"
 local stored = require "baton.stored"
 local events = require "baton.events"
@@ -106,7 +107,7 @@ return function(...)
   end
   io.stdout:write(summary(spec), "\n")
   if spec.queue then
-    io.stdout:write("runs once per task put under ", U.key("queue", spec.queue), "/\n")
+    io.stdout:write("runs once per task put under ", keys.key(U.prefix(), "queue", spec.queue), "/\n")
   elseif spec.on and not spec.schedule then
     io.stdout:write("runs once per final outcome it names (", events.describe(spec.on),
                     "), and when triggered (baton job run ", spec.name, ")\n")

@@ -6,6 +6,7 @@
 -- cannot know).
 local baton = require "baton"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 local stored = require "baton.stored"
 local events = require "baton.events"
 
@@ -21,14 +22,14 @@ function M.check(name, spec)
     for _, n in ipairs(list) do if n ~= "*" then named = true end end
   end
   if not named then return nil end -- ("*" never closes a cycle: see events.find_cycle)
-  local pfx = U.key("jobs") .. "/"
+  local pfx = keys.dir(U.prefix(), "jobs")
   local r, err = baton.etcd:get(pfx, { prefix = true })
   if not r then return nil, err end
   -- (described by the sandbox, where the process trusts keys after they
   -- verify: stored.lua; none runs here)
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local n = kv.key:sub(#pfx + 1)
+    local n = keys.under(pfx, kv.key)
     if n ~= name then list[#list + 1] = { name = n, kv = kv } end
   end
   local specs = {}

@@ -1,8 +1,9 @@
--- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (design.md
--- sections 4 and 9). Everything here reads and writes etcd keys under the
--- prefix; the node does the scheduling. The reads and writes are those of
--- baton.ops, which the node's HTTP API shares; this file parses arguments
--- and formats (the --json output is ops' data as it is).
+-- baton job put|ls|show|rm|run|kill|pause|resume|history|logs (docs/jobs.md,
+-- "The job CLI"; the keys: docs/architecture.md, "Key layout"). Everything
+-- here reads and writes etcd keys under the prefix; the node does the
+-- scheduling. The reads and writes are those of baton.ops, which the node's
+-- HTTP API shares; this file parses arguments and formats (the --json output
+-- is ops' data as it is).
 --
 --   P jobs/<name>                      the job's Lua source
 --   P paused/<name>                    present while paused
@@ -20,6 +21,7 @@ local U = require "baton.cli.util"
 local job = require "baton.job"
 local events = require "baton.events"
 local output = require "baton.node.output"
+local keys = require "baton.keys"
 local ops = require "baton.ops"
 
 local format, concat = string.format, table.concat
@@ -115,7 +117,7 @@ end
 
 -- The job's source kv, or false when there is none; nil, err on failure.
 local function get_job(name)
-  local r, err = e:get(U.key("jobs", name))
+  local r, err = e:get(keys.key(U.prefix(), "jobs", name))
   if not r then return nil, err end
   return r.kvs[1] or false, r.revision
 end
@@ -191,7 +193,7 @@ function sub.ls(pos, opts)
     return baton.exit(0)
   end
   if #list == 0 then
-    io.stderr:write("baton: job ls: no jobs under ", U.key("jobs"), "/ (is --prefix right?)\n")
+    io.stderr:write("baton: job ls: no jobs under ", keys.key(U.prefix(), "jobs"), "/ (is --prefix right?)\n")
   end
   local rows = {}
   for _, d in ipairs(list) do
@@ -227,7 +229,7 @@ function sub.show(pos, opts)
     if spec.description then f[#f + 1] = { "description", spec.description } end
     if spec.on then f[#f + 1] = { "on", events.describe(spec.on) } end
     if spec.queue then
-      f[#f + 1] = { "queue", spec.queue .. " (" .. U.key("queue", spec.queue) .. "/)" }
+      f[#f + 1] = { "queue", spec.queue .. " (" .. keys.key(U.prefix(), "queue", spec.queue) .. "/)" }
     elseif not spec.schedule then
       f[#f + 1] = { "schedule", "- (runs on events, and when triggered)" }
     else
@@ -380,7 +382,7 @@ function sub.kill(pos)
   for _, t in ipairs(targets) do
     local rec
     while true do
-      local g = e:get(U.key("runs", name, t.id))
+      local g = e:get(keys.key(U.prefix(), "runs", name, t.id))
       rec = g and g.kvs[1] and U.decode_object(g.kvs[1].value)
       if rec and U.field(rec, "state") ~= "running" then break end
       if baton.monotime() > deadline then rec = nil; break end
@@ -414,7 +416,7 @@ local EXIT = { succeeded = 0, failed = 3, timed_out = 4, killed = 5, skipped = 6
 -- The record of run id of job name (the newest run without id), as
 -- (kv, rec, revision); or nil, err.
 local function run_record(name, id)
-  local pfx = U.key("runs", name) .. "/"
+  local pfx = keys.dir(U.prefix(), "runs", name)
   local r, err
   if id then
     r, err = e:get(pfx .. id)
@@ -426,7 +428,7 @@ local function run_record(name, id)
   if not kv then
     local jkv, jerr = get_job(name)
     if jkv == nil then return nil, jerr end
-    if not jkv then return nil, "ENOENT: no job " .. name .. " at " .. U.key("jobs", name) end
+    if not jkv then return nil, "ENOENT: no job " .. name .. " at " .. keys.key(U.prefix(), "jobs", name) end
     if id then return nil, "ENOENT: no run " .. id .. " of job " .. name .. " (see baton job history " .. name .. ")" end
     return nil, "ENOENT: job " .. name .. " has no runs yet"
   end
@@ -437,7 +439,7 @@ end
 -- not claimed: the record of the run claimed next, (kv, rec, revision).
 -- false when none is requested; nil, err on failure.
 local function wait_triggered(name)
-  local tp, rp = U.key("trigger", name) .. "/", U.key("runs", name) .. "/"
+  local tp, rp = keys.dir(U.prefix(), "trigger", name), keys.dir(U.prefix(), "runs", name)
   local r, err = e:get(tp, { prefix = true, count_only = true })
   if not r then return nil, err end
   if r.count == 0 then return false end
@@ -512,7 +514,7 @@ end
 -- (a shard's header). Without follow, returns.
 local function show_run(name, kv, rec, rev, opts, follow, label)
   local P = U.prefix()
-  local id = kv.key:sub(#U.key("runs", name) + 2)
+  local _, id = keys.split(P, "runs", kv.key)
   local want = opts.attempt
   local last = tonumber(U.field(rec, "attempt")) or 0
   if want and want > last then
@@ -645,12 +647,12 @@ end
 -- The shards of a sharded instant (its runs INSTANT/1, INSTANT/2, ...),
 -- in order: a list of {kv, rec}, and the revision read at; or nil, err.
 local function shard_records(name, instant)
-  local pfx = U.key("runs", name, instant) .. "/"
+  local pfx = keys.dir(U.prefix(), "runs", name, instant)
   local r, err = e:get(pfx, { prefix = true })
   if not r then return nil, err end
   local list = {}
   for _, kv in ipairs(r.kvs) do
-    local i = tonumber(kv.key:sub(#pfx + 1):match("^(%d+)$"))
+    local i = tonumber(keys.under(pfx, kv.key):match("^(%d+)$"))
     if i then list[#list + 1] = { i = i, kv = kv, rec = U.decode_object(kv.value) or {} } end
   end
   table.sort(list, function(a, b) return a.i < b.i end)
@@ -674,7 +676,7 @@ function sub.logs(pos, opts)
   end
   if not kv then kv, rec, rev = run_record(name, pos[3]) end
   if not kv then return die("logs", name, rec) end
-  local id = kv.key:sub(#U.key("runs", name) + 2)
+  local _, id = keys.split(U.prefix(), "runs", kv.key)
   local instant = not pos[3] and id:match("^(.+)/%d+$")
   if instant then
     -- The newest run is a shard of a sharded instant: all its shards, each
@@ -709,7 +711,7 @@ local START_TIMEOUT = 60
 -- revision). If none has within secs seconds, the request is withdrawn
 -- (unless a node takes it at that moment): nil, why.
 local function wait_claimed(name, r, secs)
-  local rkey = U.key("runs", name, r.id)
+  local rkey = keys.key(U.prefix(), "runs", name, r.id)
   local g, err = e:get(rkey)
   if not g then return nil, err end
   if g.kvs[1] then return g.kvs[1], U.decode_object(g.kvs[1].value) or {}, g.revision end

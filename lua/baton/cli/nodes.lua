@@ -10,6 +10,7 @@
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 
 local USAGE = "baton nodes [--json]"
 local HELP = [[The live nodes under <prefix>nodes/: name, version, running runs, start time,
@@ -62,7 +63,7 @@ return function(...)
     }
   end
   if #list == 0 and not opts.json then
-    io.stderr:write("baton: nodes: no live nodes under ", U.key("nodes"), "/ (is --prefix right?)\n")
+    io.stderr:write("baton: nodes: no live nodes under ", keys.key(U.prefix(), "nodes"), "/ (is --prefix right?)\n")
   end
   if opts.json then
     U.print_json(list)

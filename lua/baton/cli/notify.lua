@@ -6,6 +6,7 @@
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 local notify = require "baton.notify"
 
 local format = string.format
@@ -61,7 +62,7 @@ local sub = {}
 function sub.show(pos, opts)
   if pos[2] then return usage("unexpected argument \"" .. pos[2] .. "\"") end
   local e, P = baton.etcd, U.prefix()
-  local key = P .. notify.CONFIG
+  local key = keys.key(P, "config", "notify")
   local g, gerr = e:get(key)
   if not g then return die("show", gerr) end
   local kv = g.kvs[1]
@@ -93,7 +94,7 @@ function sub.show(pos, opts)
   if total == 0 then
     io.stdout:write("not delivered: none\n")
   else
-    io.stdout:write(format("not delivered: %d (%s)\n", total, P .. notify.OUTBOX))
+    io.stdout:write(format("not delivered: %d (%s)\n", total, keys.dir(P, "notify", "outbox")))
     local rows = {}
     for _, p in ipairs(pending) do
       rows[#rows + 1] = { "  " .. tostring(p.job), tostring(p.channel or "-"),

@@ -1,4 +1,4 @@
--- baton policy put|ls|show|rm (design.md sections 4, 8 and 9). Policies are
+-- baton policy put|ls|show|rm (docs/policies.md). Policies are
 -- read and written as etcd keys under the prefix (by baton.ops, which the
 -- node's HTTP API shares); the nodes load them.
 --

@@ -1,5 +1,5 @@
 -- baton queue push QUEUE VALUE: add a task under P queue/<QUEUE>/<id>
--- (design.md section 7.3). The id is <unix ms, 13 digits>-<16 random hex
+-- (docs/guide.md, "5. Queues"). The id is <unix ms, 13 digits>-<16 random hex
 -- digits>: unique across machines and sorted by push time (up to clock skew
 -- between machines; the exact order is the keys' create revision, which is
 -- what a node claims by).

@@ -1,7 +1,9 @@
 -- Helpers shared by the job, queue, nodes and leader subcommands: the key
--- prefix and layout (design.md section 9), time formatting, aligned tables,
--- text from etcd made safe for a terminal, reading files, ids.
+-- prefix and layout (docs/architecture.md, "Key layout"), time formatting,
+-- aligned tables, text from etcd made safe for a terminal, reading files,
+-- ids.
 local baton = require "baton"
+local keys = require "baton.keys"
 
 local format, floor, concat = string.format, math.floor, table.concat
 local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
@@ -106,13 +108,6 @@ function M.prefix()
   local p = (baton.config and baton.config.prefix) or "/baton/"
   if p:sub(-1) ~= "/" then p = p .. "/" end
   return p
-end
-
--- Keys of design.md section 9 under the prefix.
-function M.key(kind, ...)
-  local parts = { M.prefix() .. kind }
-  for _, v in ipairs { ... } do parts[#parts + 1] = tostring(v) end
-  return concat(parts, "/")
 end
 
 -- An instant as a run key names it: 2026-11-29T02:00:00Z (UTC, whole
@@ -333,7 +328,7 @@ function M.put_args(pos, opts, kind, usage, die)
       opts.name and "" or "; choose one with --name"))
   end
   -- (the key and the request's framing count against the limit too)
-  local source, err = M.read_file(file, M.MAX_REQUEST - #M.key(kind == "job" and "jobs" or "policies", name) - 512)
+  local source, err = M.read_file(file, M.MAX_REQUEST - #keys.key(M.prefix(), kind == "job" and "jobs" or "policies", name) - 512)
   if not source then return die("put", file, err) end
   return name, source, file
 end
@@ -408,14 +403,14 @@ end
 -- a node's (a node keeps it on its session's lease, and etcd deletes it
 -- with the lease): a forged or stray key, left out (docs/security.md).
 function M.live_nodes()
-  local pfx = M.key("nodes") .. "/"
+  local pfx = keys.dir(M.prefix(), "nodes")
   local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
   if not r then return nil, err end
   local list = {}
   for _, kv in ipairs(r.kvs) do
     if kv.lease then
       local v = M.decode_object(kv.value) or {}
-      v.name = M.field(v, "name") or kv.key:sub(#pfx + 1)
+      v.name = M.field(v, "name") or keys.under(pfx, kv.key)
       if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
       list[#list + 1] = v
     end
@@ -439,7 +434,7 @@ function M.no_eligible_node(labels, nodes)
     if eligible({ labels = labels }, n) then return nil end
   end
   if #nodes == 0 then
-    return format("no node is live under %s (is a node running, with this --prefix?)", M.key("nodes") .. "/")
+    return format("no node is live under %s (is a node running, with this --prefix?)", keys.dir(M.prefix(), "nodes"))
   end
   local seen = {}
   for i, n in ipairs(nodes) do
@@ -465,10 +460,10 @@ end
 
 -- Sorted keys of a table.
 function M.sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
+  local list = {}
+  for k in pairs(t) do list[#list + 1] = k end
+  table.sort(list, function(a, b) return tostring(a) < tostring(b) end)
+  return list
 end
 
 return M

@@ -3,6 +3,7 @@
 -- that cli/job.lua and cli/policy.lua add to their own.
 local baton = require "baton"
 local U = require "baton.cli.util"
+local keys = require "baton.keys"
 local job = require "baton.job"
 local ops = require "baton.ops"
 
@@ -118,7 +119,7 @@ sign again. -o OUT writes it to OUT instead of standard output.]],
     local r1, r2 = rev_of(pos[3]), pos[4] and rev_of(pos[4])
     if not r2 then
       -- One revision: against the current source, at its revision.
-      local g, gerr = baton.etcd:get(U.key(kind == "job" and "jobs" or "policies", name))
+      local g, gerr = baton.etcd:get(keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name))
       if not g then return d.die("diff", name, gerr) end
       if not g.kvs[1] then
         return d.die("diff", name, format("ENOENT: no %s %s is stored now to compare revision %d with; "

@@ -55,6 +55,7 @@
 -- the channel closes (the node stopped) the worker exits; if the node
 -- dies, its containment process ends the worker and everything below it.
 local baton = require "baton"
+local keys = require "baton.keys"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
 local runs = require "baton.node.runs"
@@ -150,7 +151,7 @@ local function source(run)
     nsources = nsources + #run.source
   end
   if sources[ck] then return sources[ck] end
-  local key = util.prefix() .. "jobs/" .. run.job
+  local key = keys.key(util.prefix(), "jobs", run.job)
   local r, err, code = baton.etcd:get(key, { revision = run.code_revision })
   if not r and code == "ECOMPACTED" then
     -- A compaction past the revision keeps the key's value if it is still

@@ -29,6 +29,7 @@
 -- the later nodes to read and claim as before, so a frozen node's runs are
 -- still taken over after its grace.
 local baton = require "baton"
+local keys = require "baton.keys"
 local runs = require "baton.node.runs"
 local json = baton.json
 
@@ -117,7 +118,7 @@ end
 -- Posts what was noted, every EVERY seconds at most, while the node runs.
 local function post_loop(self)
   local node = self.node
-  local key = node.P .. "claims/" .. node.name
+  local key = keys.key(node.P, "claims", node.name)
   while not node.stopping do
     if self.n == 0 then self.cond:wait() end
     baton.sleep(M.EVERY)
@@ -137,7 +138,7 @@ end
 -- ones are for turns that have passed).
 local function watch_loop(self)
   local node = self.node
-  local pfx, own = node.P .. "claims/", node.P .. "claims/" .. node.name
+  local pfx, own = keys.dir(node.P, "claims"), keys.key(node.P, "claims", node.name)
   while not node.stopping do
     local w = node.e:watch(pfx, { prefix = true, no_delete = true })
     if not w then

@@ -50,6 +50,7 @@
 --   (error: delay/2 plus the millisecond resolution of the timestamps;
 --   measured_at: the sample's time by this node's own clock)
 local baton = require "baton"
+local keys = require "baton.keys"
 local runs = require "baton.node.runs"
 local json = baton.json
 
@@ -141,7 +142,7 @@ local function exchange(self, st, w)
   local s = runs.live(self) -- nothing is written on a session declared lost
   if not s then return nil, "put" end
   local t1, m1 = baton.now(), baton.monotime()
-  local ok = self.e:put(self.P .. "clock/ping/" .. self.name,
+  local ok = self.e:put(keys.key(self.P, "clock", "ping", self.name),
                         json.encode { seq = seq, t1 = t1 }, { lease = s.lease })
   if not ok then return nil, "put" end
   while not self.stopping and not self.leader do
@@ -197,7 +198,7 @@ local function sampler(self, st)
       nap(0.1, function() return self.stopping or not self.leader end)
     else
       if not w then
-        w = self.e:watch(self.P .. "clock/pong/" .. self.name)
+        w = self.e:watch(keys.key(self.P, "clock", "pong", self.name))
         if not w then nap(1, function() return self.stopping end) end
       end
       if w then
@@ -238,7 +239,7 @@ end
 
 -- While this node leads, answers every ping under P clock/ping/.
 local function answerer(self)
-  local pfx = self.P .. "clock/ping/"
+  local pfx = keys.dir(self.P, "clock", "ping")
   while not self.stopping do
     nap(3600, function() return self.stopping or self.leader end)
     if self.stopping then break end
@@ -251,14 +252,14 @@ local function answerer(self)
         if evs then
           local t2 = baton.now()
           for _, ev in ipairs(evs) do
-            local name = ev.kv.key:sub(#pfx + 1)
+            local name = keys.under(pfx, ev.kv.key)
             local ok, p = pcall(json.decode, ev.kv.value or "")
             if ok and type(p) == "table" and type(p.t1) == "number" and name ~= "" then
               self.go(function()
                 local s = runs.live(self)
                 if not s then return end
                 local t3 = baton.now()
-                self.e:put(self.P .. "clock/pong/" .. name,
+                self.e:put(keys.key(self.P, "clock", "pong", name),
                            json.encode { seq = p.seq, t1 = p.t1, t2 = t2, t3 = t3, by = self.name,
                                          frame = self.clock_state.frame },
                            { lease = s.lease })

@@ -1,4 +1,4 @@
--- The node's HTTP face (design.md section 5.1, docs/api.md): `baton node
+-- The node's HTTP face (docs/api.md): `baton node
 -- --http ADDR` serves, on the node's loop (baton.httpd, libmicrohttpd in
 -- runtime/core/httpd.c), each request in its own coroutine:
 --
@@ -20,6 +20,7 @@
 -- (M.MAX_BODY_TOTAL), and every answer carries M.HEADERS (CSP, no
 -- framing, no sniffing, no referrer).
 local baton = require "baton"
+local keys = require "baton.keys"
 local ops = require "baton.ops"
 local runs = require "baton.node.runs"
 local U = require "baton.cli.util"
@@ -446,7 +447,7 @@ local function etcd_reachable(self)
   if not h.probing then
     h.probing = true
     baton.go(function()
-      local r, err = self.e:get(self.P .. "nodes/" .. self.name, { count_only = true })
+      local r, err = self.e:get(keys.key(self.P, "nodes", self.name), { count_only = true })
       h.probing, h.probe_at = false, baton.monotime()
       h.probe_ok, h.probe_err = r ~= nil, err
     end)

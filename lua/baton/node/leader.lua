@@ -14,8 +14,8 @@
 --     kept output (output/<job>/<id>/@..., node/output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local keys = require "baton.keys"
 local events = require "baton.events"
-local output = require "baton.node.output"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -28,7 +28,7 @@ local function log(level, msg, fields) baton.log[level](msg, fields) end
 -- Handles one inflight entry if its node is gone.
 local function check_inflight(self, job, id)
   local P, e = self.P, self.e
-  local k = runs.keys(P, job, id)
+  local k = keys.run(P, job, id)
   local r = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } },
                                 { get = { key = k.inflight } }, { get = { key = k.pending } },
                                 { get = { key = k.cancel } } } }
@@ -108,24 +108,24 @@ end
 local function scan_inflight(self, ready)
   local P, e = self.P, self.e
   if not runs.live(self) then return end -- a lost session leads nothing
-  local r = e:txn { success = { { get = { key = P .. "inflight/", prefix = true, keys_only = true } },
-                                { get = { key = P .. "running/", prefix = true, keys_only = true } },
-                                { get = { key = P .. "active/", prefix = true } } } }
+  local r = e:txn { success = { { get = { key = keys.dir(P, "inflight"), prefix = true, keys_only = true } },
+                                { get = { key = keys.dir(P, "running"), prefix = true, keys_only = true } },
+                                { get = { key = keys.dir(P, "active"), prefix = true } } } }
   if not r then return end
   local marked, inflight = {}, {}
-  for _, kv in ipairs(r.responses[2].kvs) do marked[kv.key:sub(#P + 9)] = true end
+  for _, kv in ipairs(r.responses[2].kvs) do marked[keys.rest(P, "running", kv.key)] = true end
   for _, kv in ipairs(r.responses[1].kvs) do
-    local rest = kv.key:sub(#P + 10)
+    local rest = keys.rest(P, "inflight", kv.key)
     inflight[rest] = true
     local job, id = rest:match("^([^/]+)/(.+)$")
     if job and not marked[rest] and (not ready or ready(rest)) then check_inflight(self, job, id) end
   end
   if ready then return end
   for _, kv in ipairs(r.responses[3].kvs) do
-    local job = kv.key:sub(#P + 8):match("^[^/]+")
+    local job = keys.rest(P, "active", kv.key):match("^[^/]+")
     if job and not inflight[job .. "/" .. kv.value] then
       e:txn { compare = { { key = kv.key, target = "mod", op = "==", value = kv.mod_revision },
-                          { key = P .. "inflight/" .. job .. "/" .. kv.value, target = "create",
+                          { key = keys.key(P, "inflight", job, kv.value), target = "create",
                             op = "==", value = 0 } },
               success = { { delete = { key = kv.key } } } }
     end
@@ -163,10 +163,10 @@ local function seed_batch(self, batch, now, failed)
     -- before it, and their instants are not misfires.
     local j = self.jobs[name]
     jobs[k] = j
-    local base = P .. "runs/" .. name .. "/"
+    local base = keys.dir(P, "runs", name)
     local loaded = j and j.loaded_at or now
     local shards = j and j.spec.shards or 1
-    ops[#ops + 1] = { get = { key = base, range_end = base .. util.instant(loaded), sort = "key",
+    ops[#ops + 1] = { get = { key = base, range_end = keys.key(P, "runs", name, util.instant(loaded)), sort = "key",
                               order = "desc", limit = shards > 1 and 2 * shards or 1 } }
     ops[#ops + 1] = { get = { key = base, prefix = true, sort = "key", order = "asc", limit = 1 } }
   end
@@ -352,9 +352,8 @@ function M.misfires(self)
     local ops = {}
     for k = i, math.min(i + 127, #plans) do
       local pl = plans[k]
-      local base = P .. "runs/" .. pl.name .. "/"
-      ops[#ops + 1] = { get = { key = base .. util.instant(pl.cand[1]),
-                                range_end = base .. util.instant(pl.cand[#pl.cand]) .. "\255",
+      ops[#ops + 1] = { get = { key = keys.key(P, "runs", pl.name, util.instant(pl.cand[1])),
+                                range_end = keys.key(P, "runs", pl.name, util.instant(pl.cand[#pl.cand])) .. "\255",
                                 keys_only = true } }
     end
     local r = e:txn { success = ops }
@@ -363,8 +362,8 @@ function M.misfires(self)
       if not r then
         self.marks[pl.name] = pl.from -- look again next time
       else
-        local have, base = {}, P .. "runs/" .. pl.name .. "/"
-        for _, kv in ipairs(r.responses[k - i + 1].kvs) do have[kv.key:sub(#base + 1)] = true end
+        local have = {}
+        for _, kv in ipairs(r.responses[k - i + 1].kvs) do have[select(2, keys.split(P, "runs", kv.key))] = true end
         -- Each shard of an instant is a run of its own: one with no record
         -- is missed even when its siblings ran.
         local shards, missed = pl.j.spec.shards or 1, {}
@@ -415,11 +414,11 @@ function M.settle_misfires(self, name, j, missed, now)
   end
   local ran, skipped = 0, 0
   for _, m in ipairs(missed) do
-    local key = P .. "runs/" .. name .. "/" .. util.instant(m.fire) .. (m.shard and "/" .. m.shard or "")
-    local id = key:sub(#P + 7 + #name)
+    local id = util.instant(m.fire) .. (m.shard and "/" .. m.shard or "")
+    local key = keys.key(P, "runs", name, id)
     -- (An instant handed out already, by a pending entry, is neither
     -- handed out again nor skipped: its claim is on the way.)
-    local pk = runs.keys(P, name, id).pending
+    local pk = keys.run(P, name, id).pending
     local absent = { { key = key, target = "create", op = "==", value = 0 },
                      { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
@@ -460,18 +459,18 @@ M.PRUNE_SWEEP, M.PRUNE_TXN = 30, 128
 
 local function prune_job(self, name, count)
   local P, e, keep = self.P, self.e, self.history
-  local r = e:get(P .. "runs/" .. name .. "/", { prefix = true, keys_only = true, sort = "key",
+  local r = e:get(keys.dir(P, "runs", name), { prefix = true, keys_only = true, sort = "key",
                                                    limit = count - keep })
   if not r then return end
   local n = math.min(#r.kvs, r.count - keep)
   local ops = {}
   for i = 1, n do
     local key = r.kvs[i].key
-    local id = key:sub(#P + 7 + #name)
+    local _, id = keys.split(P, "runs", key)
     ops[#ops + 1] = { txn = {
-      compare = { { key = P .. "inflight/" .. name .. "/" .. id, target = "create", op = "==", value = 0 } },
+      compare = { { key = keys.key(P, "inflight", name, id), target = "create", op = "==", value = 0 } },
       success = { { delete = { key = key } },
-                  { delete = { key = output.run_prefix(P, name, id), prefix = true } } } } }
+                  { delete = { key = keys.output(P, name, id), prefix = true } } } } }
     if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
   end
 end
@@ -500,7 +499,7 @@ local function prune(self)
   for i = 1, #names, M.PRUNE_TXN do
     local ops = {}
     for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
-      ops[#ops + 1] = { get = { key = P .. "runs/" .. names[k] .. "/", prefix = true, count_only = true } }
+      ops[#ops + 1] = { get = { key = keys.dir(P, "runs", names[k]), prefix = true, count_only = true } }
     end
     local r = e:txn { success = ops }
     for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
@@ -592,7 +591,7 @@ function M.run(self)
   end)
   self.forever(function()
     while leading() do
-      local w = e:watch(P .. "running/", { prefix = true, no_put = true })
+      local w = e:watch(keys.dir(P, "running"), { prefix = true, no_put = true })
       if not w then
         baton.sleep(1)
       else

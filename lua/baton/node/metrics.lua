@@ -210,7 +210,7 @@ end
 -- Counters: adds n (default 1; a counter never goes down).
 function Family:inc(labels, n)
   n = n or 1
-  if self.kind == "counter" and not (n >= 0) then
+  if self.kind == "counter" and not (n >= 0) then -- luacheck: ignore 581 (NaN too)
     error(self.name .. ": a counter only rises (inc by " .. tostring(n) .. ")", 2)
   end
   local s = self:touch(labels)
@@ -253,13 +253,13 @@ function Family:clear()
 end
 
 -- Drops every series whose label `label` (the first label of its family)
--- is value: a job that was removed takes its series with it. (Done at the
+-- is v: a job that was removed takes its series with it. (Done at the
 -- next render, in one pass whatever the number of jobs removed.)
-function Registry:forget(label, value)
+function Registry:forget(label, v)
   self.forgotten = self.forgotten or {}
   local set = self.forgotten[label] or {}
   self.forgotten[label] = set
-  set[tostring(value)] = true
+  set[tostring(v)] = true
 end
 
 function purge(reg)

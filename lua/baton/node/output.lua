@@ -1,9 +1,9 @@
--- The kept output of a run (design.md section 9): what each attempt says —
--- ctx.log lines, print / io.write, and the stdout and stderr of the
--- programs it starts with baton.exec / baton.spawn — stored in etcd next to
--- its record, capped, while it runs. The worker writes it (it has the
--- lines, its own etcd client and the attempt's fence); `baton job logs`
--- reads it.
+-- The kept output of a run (docs/architecture.md, "A run's output"): what
+-- each attempt says — ctx.log lines, print / io.write, and the stdout and
+-- stderr of the programs it starts with baton.exec / baton.spawn — stored in
+-- etcd next to its record, capped, while it runs. The worker writes it (it
+-- has the lines, its own etcd client and the attempt's fence); `baton job
+-- logs` reads it.
 --
 -- Keys, under the prefix P, for attempt <n> of run <id> of job <job>:
 --
@@ -34,6 +34,7 @@
 -- second costs one write a second of at most CAP bytes, and a job that
 -- prints nothing costs no write at all.
 local baton = require "baton"
+local keys = require "baton.keys"
 local json = baton.json
 
 local format, floor, concat, find = string.format, math.floor, table.concat, string.find
@@ -49,17 +50,17 @@ M.LINE_COST = 48 -- bytes a line counts for besides its text (its JSON fields)
 
 -- The prefix of all the output of run id (every attempt).
 function M.run_prefix(P, job, id)
-  return P .. "output/" .. job .. "/" .. id .. "/@"
+  return keys.output(P, job, id)
 end
 
 -- The prefix of one attempt's output.
 function M.attempt_prefix(P, job, id, attempt)
-  return M.run_prefix(P, job, id) .. tostring(attempt) .. "/"
+  return keys.output(P, job, id, attempt)
 end
 
 -- The attempt a key under run_prefix belongs to, and its chunk number.
 function M.parse_key(P, job, id, key)
-  local rest = key:sub(#M.run_prefix(P, job, id) + 1)
+  local rest = keys.under(M.run_prefix(P, job, id), key) or ""
   local a, c = rest:match("^(%d+)/(%d+)$")
   return tonumber(a), tonumber(c)
 end
@@ -594,10 +595,10 @@ function M.format(l)
   if l.stream == "log" then
     src = tostring(l.level or "info")
     if type(l.fields) == "table" then
-      local keys = {}
-      for k in pairs(l.fields) do keys[#keys + 1] = k end
-      table.sort(keys)
-      for _, k in ipairs(keys) do
+      local names = {}
+      for k in pairs(l.fields) do names[#names + 1] = k end
+      table.sort(names)
+      for _, k in ipairs(names) do
         local v = l.fields[k]
         v = type(v) == "table" and json.encode(v) or tostring(v)
         if v:find("[%s\"=]") or v == "" then v = format("%q", v):gsub("\\\n", "\\n") end

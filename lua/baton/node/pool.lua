@@ -1,7 +1,7 @@
--- The worker pool of a node (design.md section 3): long-lived `baton worker`
--- processes, each running one run at a time, reached over a channel
--- (baton.spawn{..., channel = true}, one JSON message per line; the protocol
--- is in lua/baton/cli/worker.lua).
+-- The worker pool of a node (docs/architecture.md, "The pieces"): long-lived
+-- `baton worker` processes, each running one run at a time, reached over a
+-- channel (baton.spawn{..., channel = true}, one JSON message per line; the
+-- protocol is in lua/baton/cli/worker.lua).
 --
 -- --workers N caps how many runs the node executes at once (scheduled,
 -- manual and queue runs alike): a run takes a slot before it is claimed, so

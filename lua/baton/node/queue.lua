@@ -1,10 +1,10 @@
--- Queue jobs (design.md section 7.3): a job with queue = "orders" runs once
--- per task under P queue/orders/. Every node follows the queue; a node takes
--- a task only when it has a free worker slot (--workers), after its
--- policy's delay, by the same claim transaction as an instant (plus: the
--- task must still exist, as the node saw it). The task is deleted when its
--- run ends for good; a task whose node dies is re-run or abandoned by the
--- leader like any run.
+-- Queue jobs (docs/guide.md, "5. Queues"): a job with queue = "orders" runs
+-- once per task under P queue/orders/. Every node follows the queue; a node
+-- takes a task only when it has a free worker slot (--workers), after its
+-- policy's delay, by the same claim transaction as an instant (plus: the task
+-- must still exist, as the node saw it). The task is deleted when its run
+-- ends for good; a task whose node dies is re-run or abandoned by the leader
+-- like any run.
 --
 -- One dispatcher per queue and node: the tasks the node knows (listed, then
 -- watched) wait in a heap ordered by when they become ready (the time the
@@ -20,6 +20,7 @@
 -- for, in order, and takes over another node's only once they have waited
 -- that node's grace: busy nodes rarely race for one task.
 local baton = require "baton"
+local keys = require "baton.keys"
 local runs = require "baton.node.runs"
 local heap = require "baton.heap"
 local etcd = require "baton.etcd"
@@ -208,7 +209,7 @@ function M.follow(self, q)
   local qs = { tasks = {}, heap = {}, running = {}, cond = baton._cond() }
   self.queues[q] = qs
   local e = self.e
-  local prefix = self.P .. "queue/" .. q .. "/"
+  local prefix = keys.dir(self.P, "queue", q)
   self.forever(dispatch, self, q, qs)
   self.forever(function()
     while not self.stopping do

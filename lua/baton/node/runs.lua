@@ -5,7 +5,7 @@
 -- Keys under the prefix P, for a run <id> (an instant such as
 -- 2026-11-29T02:00:00Z, <instant>/<shard> for a shard, a manual run's
 -- 2026-11-29T02:00:00.123Z, or a queue task id) of job <job>:
---   runs/<job>/<id>      the run record (design.md section 9), one per run,
+--   runs/<job>/<id>      the run record (docs/architecture.md), one per run,
 --                        updated at each attempt; attempts[] keeps them all
 --   running/<job>/<id>   bound to the running node's lease: while it exists
 --                        the attempt is in progress there; its create
@@ -38,8 +38,8 @@
 -- creates the lease-bound marker. A node never claims, records or fences on
 -- a session it has declared lost (M.session).
 local baton = require "baton"
-local util = require "baton.cli.util"
 local events = require "baton.events"
+local keys = require "baton.keys"
 local json = baton.json
 
 local format = string.format
@@ -54,19 +54,6 @@ local M = {}
 local TEXT = { nul = "replace" }
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
-
-function M.keys(P, job, id)
-  -- A shard run's id is <instant>/<shard>: concurrency applies per shard.
-  local shard = id:match("/(%d+)$")
-  return {
-    run = P .. "runs/" .. job .. "/" .. id,
-    marker = P .. "running/" .. job .. "/" .. id,
-    inflight = P .. "inflight/" .. job .. "/" .. id,
-    pending = P .. "pending/" .. job .. "/" .. id,
-    active = P .. "active/" .. job .. (shard and ("/" .. shard) or ""),
-    cancel = P .. "cancel/" .. job .. "/" .. id,
-  }
-end
 
 -- Names one attempt of a run between a node and its worker: job/id/attempt.
 function M.attempt_key(run)
@@ -90,7 +77,7 @@ end
 -- when the caller knows the key is there (exists: see M.claim), that
 -- branch, which carries the value a second time, is left out.
 function M.last_op(P, job, id, rec, exists)
-  local key, value = P .. "last/" .. job, M.last_value(id, rec)
+  local key, value = keys.key(P, "last", job), M.last_value(id, rec)
   local put = { { put = { key = key, value = value } } }
   return { txn = {
     compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id, TEXT):sub(1, -2) .. "#" } },
@@ -214,7 +201,7 @@ end
 -- The compare that makes a write of this node succeed only while etcd
 -- still holds its session: its registration lives on the session's lease.
 local function alive_compare(self, s)
-  return { key = self.P .. "nodes/" .. self.name, target = "lease", op = "==", value = s.lease }
+  return { key = keys.key(self.P, "nodes", self.name), target = "lease", op = "==", value = s.lease }
 end
 
 -- A failed attempt's entry in attempts[], from the record of the attempt.
@@ -260,7 +247,7 @@ end
 local function skip_txn(self, run, s, why, opts)
   opts = opts or {}
   local P, spec, now = self.P, run.spec, self.now()
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   local j = self.jobs and self.jobs[run.job]
   local cmp = { { key = k.run, target = "create", op = "==", value = 0 }, alive_compare(self, s) }
   for _, c in ipairs(opts.compare or {}) do cmp[#cmp + 1] = c end
@@ -298,8 +285,8 @@ function M.claim(self, run, opts)
   opts = opts or {}
   local s = M.session(self)
   if not s then return nil end
-  local P, e, spec, prev = self.P, self.e, run.spec, opts.prev
-  local k = M.keys(P, run.job, run.id)
+  local P, spec, prev = self.P, run.spec, opts.prev
+  local k = keys.run(P, run.job, run.id)
   self.claims = (self.claims or 0) + 1
   local token = format("%s:%s:%d", self.name, s.lease, self.claims)
   local now = self.now()
@@ -444,7 +431,7 @@ end
 -- the event jobs in run.events (baton.events: written with the record, so
 -- both or neither).
 function M.final_ops(P, run, ops, rec)
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   ops[#ops + 1] = { delete = { key = k.inflight } }
   ops[#ops + 1] = { delete = { key = k.cancel } }
   ops[#ops + 1] = { delete = { key = k.pending } }
@@ -469,7 +456,7 @@ end
 -- The register write (node/batch.lua) that op, a M.last_op of run id of
 -- job, is: P last/<job> only ever moves to a newer run.
 function M.last_register(P, job, id, op)
-  return op and { op = op, key = P .. "last/" .. job, order = id }
+  return op and { op = op, key = keys.key(P, "last", job), order = id }
 end
 
 -- How long the end of a run may wait for the ends (or claims) of others
@@ -485,13 +472,14 @@ M.RECORD_LINGER = 0.01
 -- its node froze right after.
 function M.record_end(e, P, run, fence, rec, opts)
   opts = opts or {}
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   rec.attempts = rec.attempts or {}
   rec.attempts[#rec.attempts + 1] = {
     attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
     started = rec.started, finished = rec.finished, error = rec.error, fence = fence }
   rec.mod_revision, rec.token = nil, nil
-  local ops, last = { { put = { key = k.run } }, { delete = { key = k.marker } } }, nil
+  local ops = { { put = { key = k.run } }, { delete = { key = k.marker } } }
+  local last
   if rec.retry_at then
     rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode({
@@ -499,7 +487,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     last = M.last_op(P, run.job, run.id, rec, run.last_known)
     ops[#ops + 1] = last
   else
-    _, last = M.final_ops(P, run, ops, rec)
+    last = select(2, M.final_ops(P, run, ops, rec))
   end
   local reg = M.last_register(P, run.job, run.id, last)
   ops[1].put.value = json.encode(rec, TEXT)
@@ -522,9 +510,9 @@ function M.record_end(e, P, run, fence, rec, opts)
         -- not applied: write again
       else
         local ok, now = pcall(json.decode, kv and kv.value or "")
-        local last = ok and type(now) == "table" and type(now.attempts) == "table"
+        local latest = ok and type(now) == "table" and type(now.attempts) == "table"
           and now.attempts[#now.attempts]
-        return last and last.fence == fence and kv.mod_revision or nil
+        return latest and latest.fence == fence and kv.mod_revision or nil
       end
     end
     baton.sleep(0.3)
@@ -548,7 +536,7 @@ local function converse(self, run, fence, rec, w)
   -- The run's fenced writes (ctx:put_fenced), which its worker asks this
   -- node to make: with the node's other writes (node/batch.lua), guarded
   -- by the fence.
-  local marker = M.keys(self.P, run.job, run.id).marker
+  local marker = keys.run(self.P, run.job, run.id).marker
   local relay = {
     key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
     txn = function(ops)
@@ -691,7 +679,7 @@ local function execute_counted(self, run, fence, rec, release)
   release()
   if not ok then
     log("error", "a run's attempt failed inside the node", fields_of(self, run, { error = state }))
-    state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*")
+    state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*"), nil
   end
   local delay, final = next_step(self, run, rec, state, why, unfit)
   rec.finished, rec.error, rec.fence = self.now(), why, fence
@@ -739,7 +727,7 @@ end
 -- read, with the node's other writes (node/batch.lua). nil when etcd did
 -- not answer.
 local function taken(self, job, id)
-  local r = self.batch:txn { success = { { get = { key = M.keys(self.P, job, id).run, count_only = true } } } }
+  local r = self.batch:txn { success = { { get = { key = keys.run(self.P, job, id).run, count_only = true } } } }
   local c = r and r.responses and r.responses[1]
   if c then return (c.count or 0) > 0 end
 end
@@ -800,12 +788,12 @@ function M.start(self, run, opts)
   if opts.turn == "later" and M.taken_elsewhere(self, run.job, run.id) then return false end
   -- (the slot is held from here on, and given back however this ends:
   -- Pool:with_slot)
-  local ok, taken, ran = pcall(self.pool.with_slot, self.pool, fire, start_in_slot, self, run, opts)
+  local ok, took, ran = pcall(self.pool.with_slot, self.pool, fire, start_in_slot, self, run, opts)
   if not ok then
-    log("error", "starting a run failed", fields_of(self, run, { error = taken }))
+    log("error", "starting a run failed", fields_of(self, run, { error = took }))
     return false
   end
-  return taken and ran or false
+  return took and ran or false
 end
 
 -- Stops a local run on request (a cancel/ key with value, see the top of
@@ -850,7 +838,7 @@ end
 -- whose turn came first), or when the old run would not end in time.
 function M.replace_active(self, run)
   local P, e, spec = self.P, self.e, run.spec
-  local k = M.keys(P, run.job, run.id)
+  local k = keys.run(P, run.job, run.id)
   local mine = e:get(k.run, { count_only = true })
   if not mine or mine.count > 0 then return false end
   local deadline = baton.monotime() + spec.timeout + self.grace * 2
@@ -861,7 +849,7 @@ function M.replace_active(self, run)
     if g and not kv then return true end
     if kv then
       local old = kv.value
-      local ok = M.keys(P, run.job, old)
+      local ok = keys.run(P, run.job, old)
       local r = e:txn { success = { { get = { key = ok.marker } }, { get = { key = ok.run } } } }
       if r and r.responses[1].count > 0 and asked ~= old then
         e:put(ok.cancel, M.cancel_value("replaced by run " .. run.id))
@@ -901,7 +889,7 @@ end
 -- not be asked.
 function M.take_pending(self, job, j, id, pmod)
   local P, e = self.P, self.e
-  local k = M.keys(P, job, id)
+  local k = keys.run(P, job, id)
   local r = e:txn { success = { { get = { key = k.run } }, { get = { key = k.pending } } } }
   if not r then return nil, "again" end
   local kv, pkv = r.responses[1].kvs[1], r.responses[2].kvs[1]

@@ -9,6 +9,7 @@
 -- Mirrors start on the first request that needs them and live until the
 -- node stops. v.version changes whenever a mirror does.
 local baton = require "baton"
+local keys = require "baton.keys"
 local ops = require "baton.ops"
 local stored = require "baton.stored"
 local U = require "baton.cli.util"
@@ -45,12 +46,12 @@ local function apply_last(v, name, value)
   v.last[name] = value and ops.last_entry(value) or nil
 end
 
--- Lists P <sub> and follows it until the node stops; apply(v, rest, value)
--- for each key (value nil: deleted). After a compaction or a failed watch,
--- lists again (clear: the old content goes first).
-local function follow(v, sub, apply, clear)
+-- Lists P <kind>/ and follows it until the node stops; apply(v, rest,
+-- value) for each key (value nil: deleted). After a compaction or a failed
+-- watch, lists again (clear: the old content goes first).
+local function follow(v, kind, apply, clear)
   local self = v.node
-  local pfx = self.P .. sub
+  local pfx = keys.dir(self.P, kind)
   local stop = require("baton.etcd").prefix_end(pfx)
   -- Lists the prefix at one revision in pages of M.PAGE keys (a response
   -- of 30,000 statuses at once would grow the heap by tens of MB for a
@@ -62,7 +63,7 @@ local function follow(v, sub, apply, clear)
       local r = self.e:get(from, { range_end = stop, limit = M.PAGE, revision = rev, sort = "key" })
       if not r then return nil end
       rev = rev or r.revision
-      for _, kv in ipairs(r.kvs) do apply(v, kv.key:sub(#pfx + 1), kv.value) end
+      for _, kv in ipairs(r.kvs) do apply(v, keys.under(pfx, kv.key), kv.value) end
       if not r.more or #r.kvs == 0 then return rev end
       from = r.kvs[#r.kvs].key .. "\0"
     end
@@ -74,20 +75,20 @@ local function follow(v, sub, apply, clear)
         baton.sleep(1)
       else
         v.version = v.version + 1
-        v.listed[sub] = true
+        v.listed[kind] = true
         local w = self.e:watch(pfx, { prefix = true, start_revision = rev + 1 })
         if w then
-          v.watchers[sub] = w
+          v.watchers[kind] = w
           while not self.stopping and not v.closed do
             local evs = w:next()
             if not evs then break end
             for _, ev in ipairs(evs) do
-              apply(v, ev.kv.key:sub(#pfx + 1), ev.type == "put" and ev.kv.value or nil)
+              apply(v, keys.under(pfx, ev.kv.key), ev.type == "put" and ev.kv.value or nil)
             end
             v.version = v.version + 1
           end
           w:cancel()
-          v.watchers[sub] = nil
+          v.watchers[kind] = nil
         else
           baton.sleep(1) -- (no watch: list again, but not in a tight loop)
         end
@@ -101,11 +102,11 @@ end
 function V:start(secs)
   if not self.started then
     self.started, self.listed = true, {}
-    follow(self, "status/", apply_status, function(v) v.status = {} end)
-    follow(self, "last/", apply_last, function(v) v.last, v.fallback = {}, {} end)
+    follow(self, "status", apply_status, function(v) v.status = {} end)
+    follow(self, "last", apply_last, function(v) v.last, v.fallback = {}, {} end)
   end
   local deadline = baton.monotime() + (secs or 10)
-  while not (self.listed["status/"] and self.listed["last/"]) do
+  while not (self.listed.status and self.listed.last) do
     if baton.monotime() > deadline then
       return nil, "EUNAVAILABLE: the job statuses and last runs are not read yet (is etcd up?)"
     end
@@ -124,7 +125,7 @@ function V:spec_for(name, rev)
   if self_.bad[name] == rev then
     local e = self.errors[name]
     if e and e.rev == rev then return nil, e.err end
-    local r = self_.e:get(self_.P .. "jobs/" .. name, { revision = rev })
+    local r = self_.e:get(keys.key(self_.P, "jobs", name), { revision = rev })
     local kv = r and r.kvs[1]
     if kv then
       -- (a node with --trust rejects what no trusted key signed first)

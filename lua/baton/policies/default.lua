@@ -1,4 +1,4 @@
--- The default scheduling policy (design.md section 8, docs/policies.md).
+-- The default scheduling policy (docs/policies.md).
 -- Any function another policy leaves out comes from here.
 --
 -- Placement: every eligible node (its labels include the job's) ranks the

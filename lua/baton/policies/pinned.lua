@@ -17,7 +17,7 @@
 -- job's instants are missed and handled by its misfire setting.
 local util = require "baton.policies.util"
 
-local M = {}
+local M -- = make {} below
 
 -- The pin among nodes: the named node (if live and eligible), or without
 -- a name the longest-running eligible node. nil if none.

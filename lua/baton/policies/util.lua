@@ -6,7 +6,7 @@
 local M = {}
 
 local bxor, rshift = bit.bxor, bit.rshift
-local floor, huge = math.floor, math.huge
+local floor = math.floor
 local sort, concat, format = table.sort, table.concat, string.format
 local pairs, ipairs, tostring, type = pairs, ipairs, tostring, type
 local U32 = 4294967296

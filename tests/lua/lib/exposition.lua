@@ -101,7 +101,7 @@ function M.parse(text)
   local n = 0
   for line in text:gmatch("([^\n]*)\n") do
     n = n + 1
-    if line == "" then -- ignored
+    if line == "" then -- luacheck: ignore 542 (ignored)
     elseif line:sub(1, 1) == "#" then
       local kind, name, rest = line:match("^# (%u+) ([^ ]+) ?(.*)$")
       if kind == "HELP" or kind == "TYPE" then
@@ -163,7 +163,7 @@ function M.parse(text)
         local g, what = groups[k], f.name .. "{" .. k:gsub("%z", ",") .. "}"
         local b = g.buckets
         for j = 2, #b do
-          if not (b[j].le > b[j - 1].le) then bad(what .. ": le not increasing") end
+          if not (b[j].le > b[j - 1].le) then bad(what .. ": le not increasing") end -- luacheck: ignore 581 (NaN too)
           if b[j].n < b[j - 1].n then bad(what .. ": buckets not cumulative") end
         end
         if #b == 0 or b[#b].le ~= math.huge then bad(what .. ': no le="+Inf" bucket')
