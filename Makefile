@@ -6,15 +6,17 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl and libmicrohttpd are compiled against (their headers) but not
-# linked: the HTTP client (runtime/core/http.c) loads libcurl with dlopen
-# on a process's first request, the HTTP server (runtime/core/httpd.c)
-# libmicrohttpd on its first listen, so that processes that do neither
-# (baton lock, job ls, most eval scripts) do not pay for mapping them and
-# the libraries behind them (~1 ms of start-up each, more for libcurl).
+# libcurl, libmicrohttpd and OpenSSL are compiled against (their headers)
+# but not linked: the HTTP client (runtime/core/http.c) loads libcurl with
+# dlopen on a process's first request, the HTTP server (runtime/core/httpd.c)
+# libmicrohttpd on its first listen, the gRPC client (runtime/core/grpc.c)
+# libssl and libcrypto on its first https connection, so that processes
+# that do none of these (baton lock, job ls, most eval scripts) do not pay
+# for mapping them and the libraries behind them (~1 ms of start-up each,
+# ~1.5 ms for OpenSSL, more for libcurl).
 PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libssl libcrypto libnghttp2 libseccomp \
             libprotobuf-c
-PKGS_LINK := luajit libuv libcjson libsodium libssl libcrypto libnghttp2 libseccomp libprotobuf-c
+PKGS_LINK := luajit libuv libcjson libsodium libnghttp2 libseccomp libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type

@@ -5,9 +5,10 @@
 # dpkg-deb (files owned by root, no fakeroot needed):
 #   Depends     from dpkg-shlibdeps on the program (the libraries it links:
 #               libluajit-5.1-2, libuv1, libcjson1, ... with their versions),
-#               and libmicrohttpd12 (the node's HTTP face; loaded with
+#               libmicrohttpd12 (the node's HTTP face; loaded with
 #               dlopen on the server's first listen, so shlibdeps cannot
-#               see it)
+#               see it) and libssl3 (etcd over https; loaded with dlopen
+#               on the first https connection, same reason)
 #   Recommends  libcurl4 (loaded with dlopen on the first HTTP request)
 #   conffiles   /etc/default/baton
 #   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
@@ -60,7 +61,7 @@ Version: $VERSION
 Architecture: $arch
 Maintainer: baton maintainers <baton@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$tree" | cut -f1)
-Depends: $depends, libmicrohttpd12
+Depends: $depends, libmicrohttpd12, libssl3
 Recommends: libcurl4
 Suggests: etcd-server, etcd-client
 Section: admin

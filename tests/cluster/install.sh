@@ -370,10 +370,10 @@ else
      "package baton, version $version"
   depends=$(dpkg-deb -f "$deb" Depends)
   missing=""
-  for p in libluajit-5.1-2 libuv1 libcjson1 libmicrohttpd12; do
+  for p in libluajit-5.1-2 libuv1 libcjson1 libmicrohttpd12 libssl3; do
     grep -qE "(^|, )$p( |,|$)" <<<"$depends" || missing="$missing $p"
   done
-  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1, libmicrohttpd12 ($depends)"
+  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1, libmicrohttpd12, libssl3 ($depends)"
   # Whatever else the program links is there too: every NEEDED library's
   # package is in Depends.
   missing=""
