@@ -47,6 +47,13 @@ gzip -9nf "$tree/usr/share/man/man1/baton.1"
 doc=$tree/usr/share/doc/baton
 rm -f "$doc/LICENSE"
 install -m 644 "$root/tools/dist/debian/copyright" "$doc/copyright"
+# The library's pack (runtime/core/lib.h) indexes each file's modification
+# time to the nanosecond, and a .deb keeps whole seconds: the files get
+# their whole-second times here and the pack is made again from them, lest
+# every process of the installed package find it stale.
+lua=$tree/usr/share/baton/lua
+find "$lua" -type f | while read -r f; do touch -m -d "@$(stat -c %Y "$f")" "$f"; done
+"$tree/usr/bin/baton" _pack-lib "$lua" /usr/share/baton/lua "$lua.pack"
 
 # dpkg-shlibdeps wants a source package's debian/control around the tree.
 printf 'Source: baton\n\nPackage: baton\nArchitecture: any\n' >"$work/debian/control"
