@@ -286,7 +286,7 @@ else
   u=$(mktemp -d /tmp/baton-install-user.XXXXXX)
   userdir=$u
   mkdir -p "$u/src/build" "$u/home" "$u/tmp"
-  cp -a "$root"/{Makefile,VERSION,README.md,CHANGELOG.md,LICENSE,NOTICE,runtime,lua,jobs,docs,tools} "$u/src/"
+  cp -a "$root"/{Makefile,VERSION,README.md,CHANGELOG.md,LICENSE,NOTICE,runtime,proto,lua,jobs,docs,tools} "$u/src/"
   [ -d "$root/build/obj" ] && cp -a "$root/build/obj" "$u/src/build/"
   chown -R "$uid:$uid" "$u"
   # as_user CMD...: CMD as the user, in the namespace, in a clean environment.
