@@ -6,15 +6,17 @@
 CC       ?= cc
 BUILD    ?= build
 BIN      ?= bin/baton
-# libcurl and libmicrohttpd are compiled against (their headers) but not
-# linked: the HTTP client (runtime/core/http.c) loads libcurl with dlopen
-# on a process's first request, the HTTP server (runtime/core/httpd.c)
-# libmicrohttpd on its first listen, so that processes that do neither
-# (baton lock, job ls, most eval scripts) do not pay for mapping them and
-# the libraries behind them (~1 ms of start-up each, more for libcurl).
+# libcurl, libmicrohttpd and OpenSSL are compiled against (their headers)
+# but not linked: the HTTP client (runtime/core/http.c) loads libcurl with
+# dlopen on a process's first request, the HTTP server (runtime/core/httpd.c)
+# libmicrohttpd on its first listen, the gRPC client (runtime/core/grpc.c)
+# libssl and libcrypto on its first https connection, so that processes
+# that do none of these (baton lock, job ls, most eval scripts) do not pay
+# for mapping them and the libraries behind them (~1 ms of start-up each,
+# ~1.5 ms for OpenSSL, more for libcurl).
 PKGS     := luajit libuv libcurl libcjson libmicrohttpd libsodium libssl libcrypto libnghttp2 libseccomp \
             libprotobuf-c
-PKGS_LINK := luajit libuv libcjson libsodium libssl libcrypto libnghttp2 libseccomp libprotobuf-c
+PKGS_LINK := luajit libuv libcjson libsodium libnghttp2 libseccomp libprotobuf-c
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter \
             -Werror=implicit-function-declaration -Werror=return-type
@@ -44,7 +46,7 @@ PROVEFLAGS ?=
 
 .PHONY: all deps packages test check asan valgrind bench fuzz demo clean ctests chaos chaos-proxy
 
-all: packages $(BIN)
+all: packages $(BIN) lua.pack
 
 # Packages (tools/deps.sh SET): `make` installs what building bin/baton
 # needs (SET build: compilers, -dev packages); `make demo` adds etcd
@@ -66,6 +68,17 @@ $(BIN): $(OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD    $@"
 	@$(CC) $(LDFLAGS) -o $@ $(OBJS) $(PKG_LIBS)
+
+# The Lua library's pack (runtime/core/lib.h): the snapshot of lua/ that a
+# process maps instead of reading ~60 files at start-up, written again when
+# a file of lua/ changes or one is added or removed (its directory
+# changes). A pack that does not match lua/ is never used, so a run
+# without make after an edit reads lua/ itself, only slower.
+LUA_DIRS := $(shell find lua -type d 2>/dev/null)
+LUA_FILES := $(shell find lua -type f ! -name '.*' 2>/dev/null)
+lua.pack: $(BIN) $(LUA_DIRS) $(LUA_FILES)
+	@echo "  PACK  $@"
+	@$(BIN) _pack-lib lua $(CURDIR)/lua $@
 
 # Every object waits for the generated headers (order-only: afterwards
 # -MMD's dependencies say which ones really include them).
@@ -114,7 +127,7 @@ bench: all
 	@BATON_BIN=$(CURDIR)/$(BIN) tests/harness/run-bench
 
 clean:
-	rm -rf build bin
+	rm -rf build bin lua.pack
 
 -include $(OBJS:.o=.d) $(CTESTS:.t=.d)
 

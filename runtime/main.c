@@ -6,9 +6,11 @@
 #include "confine.h"
 #include "contain.h"
 #include "err.h"
+#include "lib.h"
 #include "rt.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,10 +295,27 @@ static int cli_version(int argc, char **argv) {
   return 0;
 }
 
+/* baton _pack-lib SRC DIR OUT: writes OUT, the pack of the Lua library in
+ * SRC as the library of DIR (runtime/core/lib.h); make and make install
+ * run it. Not a user's command. */
+static int cli_pack_lib(int argc, char **argv) {
+  char err[PATH_MAX + 256];
+  if (argc != 4) {
+    fprintf(stderr, "usage: baton _pack-lib SRC DIR OUT\n");
+    return 2;
+  }
+  if (bt_lib_write_pack(argv[1], argv[2], BATON_VERSION, argv[3], err, sizeof(err))) {
+    fprintf(stderr, "baton: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
 static const struct {
   const char *name;
   int (*fn)(int, char **);
 } commands[] = {
+  {"_pack-lib", cli_pack_lib},
   {"version", cli_version},
   {"eval", bt_cli_eval},
   {"cron", bt_cli_cron},

@@ -5,9 +5,10 @@
 # dpkg-deb (files owned by root, no fakeroot needed):
 #   Depends     from dpkg-shlibdeps on the program (the libraries it links:
 #               libluajit-5.1-2, libuv1, libcjson1, ... with their versions),
-#               and libmicrohttpd12 (the node's HTTP face; loaded with
+#               libmicrohttpd12 (the node's HTTP face; loaded with
 #               dlopen on the server's first listen, so shlibdeps cannot
-#               see it)
+#               see it) and libssl3 (etcd over https; loaded with dlopen
+#               on the first https connection, same reason)
 #   Recommends  libcurl4 (loaded with dlopen on the first HTTP request)
 #   conffiles   /etc/default/baton
 #   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
@@ -46,6 +47,13 @@ gzip -9nf "$tree/usr/share/man/man1/baton.1"
 doc=$tree/usr/share/doc/baton
 rm -f "$doc/LICENSE"
 install -m 644 "$root/tools/dist/debian/copyright" "$doc/copyright"
+# The library's pack (runtime/core/lib.h) indexes each file's modification
+# time to the nanosecond, and a .deb keeps whole seconds: the files get
+# their whole-second times here and the pack is made again from them, lest
+# every process of the installed package find it stale.
+lua=$tree/usr/share/baton/lua
+find "$lua" -type f | while read -r f; do touch -m -d "@$(stat -c %Y "$f")" "$f"; done
+"$tree/usr/bin/baton" _pack-lib "$lua" /usr/share/baton/lua "$lua.pack"
 
 # dpkg-shlibdeps wants a source package's debian/control around the tree.
 printf 'Source: baton\n\nPackage: baton\nArchitecture: any\n' >"$work/debian/control"
@@ -60,7 +68,7 @@ Version: $VERSION
 Architecture: $arch
 Maintainer: baton maintainers <baton@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$tree" | cut -f1)
-Depends: $depends, libmicrohttpd12
+Depends: $depends, libmicrohttpd12, libssl3
 Recommends: libcurl4
 Suggests: etcd-server, etcd-client
 Section: admin

@@ -5,6 +5,7 @@
 # install writes, under DESTDIR:
 #   BINDIR/baton                      the program (BIN: built with LUADIR compiled in)
 #   LUADIR/...                        the Lua library: everything in lua/
+#   LUADIR.pack                       its pack (runtime/core/lib.h), made by BIN
 #   PKGDATADIR/jobs/*.lua             the shipped jobs
 #   PKGDATADIR/policies               -> lua/baton/policies (built-in and example policies)
 #   PKGDATADIR/baton.default          the shipped environment file, as shipped
@@ -71,6 +72,9 @@ do_install() {
   (cd "$root/lua" && find . -type f ! -name '.*' | sort) | while read -r f; do
     put 644 "$root/lua/$f" "$LUADIR/${f#./}"
   done
+  # The library's pack, made of the files just installed (runtime/core/lib.h).
+  "$BIN" _pack-lib "$DESTDIR$LUADIR" "$LUADIR" "$DESTDIR$LUADIR.pack"
+  echo "f $LUADIR.pack" >>"$new"
   for f in "$root"/jobs/*.lua; do put 644 "$f" "$PKGDATADIR/jobs/$(basename "$f")"; done
   mkdirs "$PKGDATADIR"
   rel=${LUADIR#"$PKGDATADIR"/}

@@ -32,10 +32,73 @@
 #include <openssl/x509v3.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* OpenSSL is not linked but loaded with dlopen by the first https
+ * connection: linked, libssl and libcrypto cost every baton process
+ * ~1.5 ms of CPU at start-up (relocations and constructors), and only
+ * processes that speak to an https endpoint use them. The headers are
+ * used for types and constants; every OpenSSL function is called through
+ * the table ossl, filled by dlsym (OpenSSL's macros, such as
+ * SSL_CTX_set_min_proto_version, are spelt out as the *_ctrl calls they
+ * stand for). The libraries are never unloaded. */
+#define OSSL_FUNCS(XX)                                                        \
+  XX(BIO_free) XX(BIO_new) XX(BIO_read) XX(BIO_s_mem) XX(BIO_write)           \
+  XX(ERR_clear_error) XX(ERR_get_error) XX(ERR_reason_error_string)           \
+  XX(SSL_CTX_check_private_key) XX(SSL_CTX_ctrl) XX(SSL_CTX_free)             \
+  XX(SSL_CTX_load_verify_locations) XX(SSL_CTX_new)                           \
+  XX(SSL_CTX_set_default_verify_paths) XX(SSL_CTX_set_verify)                 \
+  XX(SSL_CTX_use_PrivateKey_file) XX(SSL_CTX_use_certificate_chain_file)      \
+  XX(SSL_ctrl) XX(SSL_do_handshake) XX(SSL_free) XX(SSL_get0_alpn_selected)   \
+  XX(SSL_get0_param) XX(SSL_get_error) XX(SSL_get_verify_result) XX(SSL_new)  \
+  XX(SSL_read) XX(SSL_set1_host) XX(SSL_set_alpn_protos) XX(SSL_set_bio)      \
+  XX(SSL_set_connect_state) XX(SSL_write) XX(TLS_client_method)               \
+  XX(X509_VERIFY_PARAM_set1_ip_asc) XX(X509_verify_cert_error_string)
+
+static struct {
+#define XX(name) __typeof__(name) *name;
+  OSSL_FUNCS(XX)
+#undef XX
+} ossl;
+
+static int ossl_loaded;          /* 0 not tried, 1 loaded, -1 failed */
+static char ossl_error[256];     /* why it failed, kept for later callers */
+
+/* Loads libcrypto and libssl and fills ossl, once per process. Returns 0,
+ * or -1 with the reason in ossl_error (the same for every later call). */
+static int load_ossl(void) {
+  static const char *const libs[] = { "libcrypto.so.3", "libssl.so.3" };
+  void *lib[2];
+  const char *missing = NULL;
+  size_t i;
+
+  if (ossl_loaded) return ossl_loaded > 0 ? 0 : -1;
+  for (i = 0; i < 2; i++) {
+    if (!(lib[i] = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL))) {
+      const char *e = dlerror();
+      snprintf(ossl_error, sizeof(ossl_error), "%s", e ? e : "dlopen failed");
+      ossl_loaded = -1;
+      return -1;
+    }
+  }
+  /* dlsym on libssl's handle searches libcrypto too (its dependency). */
+#define XX(name)                                                              \
+  if (!missing && !(ossl.name = (__typeof__(name) *) dlsym(lib[1], #name)))   \
+    missing = #name;
+  OSSL_FUNCS(XX)
+#undef XX
+  if (missing) {
+    snprintf(ossl_error, sizeof(ossl_error), "libssl.so.3 has no %s", missing);
+    ossl_loaded = -1;
+    return -1;
+  }
+  ossl_loaded = 1;
+  return 0;
+}
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 1000
 #define DEFAULT_MAX_MESSAGE ((size_t) 64 << 20)
@@ -185,8 +248,8 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   c->h2 = NULL;
   while (c->streams) stream_free(c->streams);
   if (c->ai) uv_freeaddrinfo(c->ai);
-  if (c->ssl) SSL_free(c->ssl);           /* frees the BIOs too */
-  if (c->ssl_ctx) SSL_CTX_free(c->ssl_ctx);
+  if (c->ssl) ossl.SSL_free(c->ssl);      /* frees the BIOs too */
+  if (c->ssl_ctx) ossl.SSL_CTX_free(c->ssl_ctx);
   free(c->wbuf);
   free(c->url);
   free(c->host);
@@ -294,23 +357,23 @@ static int socket_write(bt_grpc_conn_t *c, const void *p, size_t n) {
 
 /* OpenSSL's reason for the last failure, for messages. */
 static void tls_reason(bt_grpc_conn_t *c, char *buf, size_t len) {
-  unsigned long e = ERR_get_error();
-  long vr = c->ssl ? SSL_get_verify_result(c->ssl) : X509_V_OK;
+  unsigned long e = ossl.ERR_get_error();
+  long vr = c->ssl ? ossl.SSL_get_verify_result(c->ssl) : X509_V_OK;
   if (vr != X509_V_OK)
-    snprintf(buf, len, "SSL certificate problem: %s", X509_verify_cert_error_string(vr));
+    snprintf(buf, len, "SSL certificate problem: %s", ossl.X509_verify_cert_error_string(vr));
   else if (e) {
-    const char *r = ERR_reason_error_string(e);
+    const char *r = ossl.ERR_reason_error_string(e);
     snprintf(buf, len, "%s", r ? r : "unknown TLS error");
   } else
     snprintf(buf, len, "TLS failure");
-  ERR_clear_error();
+  ossl.ERR_clear_error();
 }
 
 /* Sends what the TLS engine wrote into its memory BIO. */
 static int tls_drain(bt_grpc_conn_t *c) {
   char buf[16384];
   int n;
-  while ((n = BIO_read(c->wbio, buf, sizeof(buf))) > 0) {
+  while ((n = ossl.BIO_read(c->wbio, buf, sizeof(buf))) > 0) {
     int rc = socket_write(c, buf, (size_t) n);
     if (rc < 0) return rc;
   }
@@ -337,7 +400,7 @@ static void conn_flush(bt_grpc_conn_t *c) {
   if (c->closing) return;
   if (rc == 0 && c->wlen) {
     if (c->tls) {
-      int w = SSL_write(c->ssl, c->wbuf, (int) c->wlen);
+      int w = ossl.SSL_write(c->ssl, c->wbuf, (int) c->wlen);
       if (w <= 0) {
         char why[256];
         tls_reason(c, why, sizeof(why));
@@ -597,13 +660,13 @@ static void tls_handshake(bt_grpc_conn_t *c);
 
 static void tls_recv(bt_grpc_conn_t *c) {
   for (;;) {
-    int n = SSL_read(c->ssl, c->rbuf, sizeof(c->rbuf));
+    int n = ossl.SSL_read(c->ssl, c->rbuf, sizeof(c->rbuf));
     if (n > 0) {
       conn_recv(c, (const uint8_t *) c->rbuf, (size_t) n);
       if (c->closing) return;
       continue;
     }
-    switch (SSL_get_error(c->ssl, n)) {
+    switch (ossl.SSL_get_error(c->ssl, n)) {
     case SSL_ERROR_WANT_READ:
       if (tls_drain(c) < 0) conn_fail(c, BT_ECONNRESET, "write failed");
       return;
@@ -640,7 +703,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     conn_recv(c, (const uint8_t *) buf->base, (size_t) n);
     return;
   }
-  if (BIO_write(c->rbio, buf->base, (int) n) != (int) n) {
+  if (ossl.BIO_write(c->rbio, buf->base, (int) n) != (int) n) {
     conn_fail(c, BT_ENOMEM, "TLS buffer");
     return;
   }
@@ -658,7 +721,7 @@ static void transport_up(bt_grpc_conn_t *c) {
 }
 
 static void tls_handshake(bt_grpc_conn_t *c) {
-  int rc = SSL_do_handshake(c->ssl);
+  int rc = ossl.SSL_do_handshake(c->ssl);
   if (tls_drain(c) < 0) {
     conn_fail(c, BT_ECONNRESET, "write failed");
     return;
@@ -666,7 +729,7 @@ static void tls_handshake(bt_grpc_conn_t *c) {
   if (rc == 1) {
     const unsigned char *alpn = NULL;
     unsigned alpnlen = 0;
-    SSL_get0_alpn_selected(c->ssl, &alpn, &alpnlen);
+    ossl.SSL_get0_alpn_selected(c->ssl, &alpn, &alpnlen);
     if (alpnlen != 2 || memcmp(alpn, "h2", 2) != 0) {
       conn_fail(c, BT_ETLS, "the server did not agree to HTTP/2 (ALPN h2)");
       return;
@@ -675,7 +738,7 @@ static void tls_handshake(bt_grpc_conn_t *c) {
     if (!c->closing) tls_recv(c);      /* bytes that came with the handshake */
     return;
   }
-  if (SSL_get_error(c->ssl, rc) == SSL_ERROR_WANT_READ) return;
+  if (ossl.SSL_get_error(c->ssl, rc) == SSL_ERROR_WANT_READ) return;
   {
     char why[256];
     tls_reason(c, why, sizeof(why));
@@ -870,62 +933,62 @@ static int tls_setup(bt_grpc_conn_t *c, const bt_grpc_conn_opts_t *o, char *why,
   const char *what = NULL;
   struct in6_addr a6;
   struct in_addr a4;
-  if (!(c->ssl_ctx = SSL_CTX_new(TLS_client_method()))) { what = "SSL_CTX_new"; goto fail; }
-  SSL_CTX_set_min_proto_version(c->ssl_ctx, TLS1_2_VERSION);
-  SSL_CTX_set_verify(c->ssl_ctx, SSL_VERIFY_PEER, NULL);
+  if (!(c->ssl_ctx = ossl.SSL_CTX_new(ossl.TLS_client_method()))) { what = "SSL_CTX_new"; goto fail; }
+  ossl.SSL_CTX_ctrl(c->ssl_ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
+  ossl.SSL_CTX_set_verify(c->ssl_ctx, SSL_VERIFY_PEER, NULL);
   if (o->cacert && *o->cacert) {
-    if (SSL_CTX_load_verify_locations(c->ssl_ctx, o->cacert, NULL) != 1) {
+    if (ossl.SSL_CTX_load_verify_locations(c->ssl_ctx, o->cacert, NULL) != 1) {
       what = o->cacert;
       goto fail;
     }
-  } else if (SSL_CTX_set_default_verify_paths(c->ssl_ctx) != 1) {
+  } else if (ossl.SSL_CTX_set_default_verify_paths(c->ssl_ctx) != 1) {
     what = "the system's CA certificates";
     goto fail;
   }
   if (o->cert && *o->cert &&
-      SSL_CTX_use_certificate_chain_file(c->ssl_ctx, o->cert) != 1) {
+      ossl.SSL_CTX_use_certificate_chain_file(c->ssl_ctx, o->cert) != 1) {
     what = o->cert;
     goto fail;
   }
   if ((o->key && *o->key) || (o->cert && *o->cert)) {
     const char *key = o->key && *o->key ? o->key : o->cert;
-    if (SSL_CTX_use_PrivateKey_file(c->ssl_ctx, key, SSL_FILETYPE_PEM) != 1) {
+    if (ossl.SSL_CTX_use_PrivateKey_file(c->ssl_ctx, key, SSL_FILETYPE_PEM) != 1) {
       what = key;
       goto fail;
     }
-    if (SSL_CTX_check_private_key(c->ssl_ctx) != 1) {
+    if (ossl.SSL_CTX_check_private_key(c->ssl_ctx) != 1) {
       what = key;
       goto fail;
     }
   }
-  if (!(c->ssl = SSL_new(c->ssl_ctx))) { what = "SSL_new"; goto fail; }
-  if (SSL_set_alpn_protos(c->ssl, alpn, 3) != 0) { what = "ALPN"; goto fail; }
+  if (!(c->ssl = ossl.SSL_new(c->ssl_ctx))) { what = "SSL_new"; goto fail; }
+  if (ossl.SSL_set_alpn_protos(c->ssl, alpn, 3) != 0) { what = "ALPN"; goto fail; }
   if (inet_pton(AF_INET, c->host, &a4) == 1 || inet_pton(AF_INET6, c->host, &a6) == 1) {
-    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), c->host) != 1) {
+    if (ossl.X509_VERIFY_PARAM_set1_ip_asc(ossl.SSL_get0_param(c->ssl), c->host) != 1) {
       what = c->host;
       goto fail;
     }
   } else {
-    SSL_set_tlsext_host_name(c->ssl, c->host);
-    if (SSL_set1_host(c->ssl, c->host) != 1) { what = c->host; goto fail; }
+    ossl.SSL_ctrl(c->ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, c->host);
+    if (ossl.SSL_set1_host(c->ssl, c->host) != 1) { what = c->host; goto fail; }
   }
-  c->rbio = BIO_new(BIO_s_mem());
-  c->wbio = BIO_new(BIO_s_mem());
+  c->rbio = ossl.BIO_new(ossl.BIO_s_mem());
+  c->wbio = ossl.BIO_new(ossl.BIO_s_mem());
   if (!c->rbio || !c->wbio) {
-    BIO_free(c->rbio);
-    BIO_free(c->wbio);
+    ossl.BIO_free(c->rbio);
+    ossl.BIO_free(c->wbio);
     c->rbio = c->wbio = NULL;
     what = "BIO_new";
     goto fail;
   }
-  SSL_set_bio(c->ssl, c->rbio, c->wbio);
-  SSL_set_connect_state(c->ssl);
+  ossl.SSL_set_bio(c->ssl, c->rbio, c->wbio);
+  ossl.SSL_set_connect_state(c->ssl);
   return 0;
 fail:
-  e = ERR_get_error();
+  e = ossl.ERR_get_error();
   snprintf(why, whylen, "%s: %s", what ? what : "TLS",
-           e && ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "failed");
-  ERR_clear_error();
+           e && ossl.ERR_reason_error_string(e) ? ossl.ERR_reason_error_string(e) : "failed");
+  ossl.ERR_clear_error();
   return BT_ETLS;
 }
 
@@ -963,8 +1026,8 @@ static int h2_setup(bt_grpc_conn_t *c) {
 
 static void conn_free_early(bt_grpc_conn_t *c) {
   if (c->h2) nghttp2_session_del(c->h2);
-  if (c->ssl) SSL_free(c->ssl);
-  if (c->ssl_ctx) SSL_CTX_free(c->ssl_ctx);
+  if (c->ssl) ossl.SSL_free(c->ssl);
+  if (c->ssl_ctx) ossl.SSL_CTX_free(c->ssl_ctx);
   free(c->url);
   free(c->host);
   free(c->authority);
@@ -1004,6 +1067,12 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
     set_err(err, msg, msglen, rc, rc == BT_EINVAL
             ? "%s: invalid url (expected http://host:port or https://host:port)"
             : "%s: out of memory", o->url);
+    return NULL;
+  }
+  if (c->tls && load_ossl() < 0) {
+    conn_free_early(c);
+    set_err(err, msg, msglen, BT_ENOTSUP, "%s: OpenSSL could not be loaded: %s", o->url,
+            ossl_error);
     return NULL;
   }
   if (c->tls && (rc = tls_setup(c, o, why, sizeof(why))) < 0) {

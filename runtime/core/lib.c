@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define MAGIC "baton-lib 1\n"
+#define PACK_MAGIC "baton-pack 1\n"
 #define MAX_TOTAL (256u << 20) /* bytes: a library is well below 1 MiB */
 #define MAX_DEPTH 16
 #define LIB_FD_MIN 64          /* out of the way of the stdio a child gets */
@@ -160,8 +161,36 @@ static int add_file(buf_t *b, const char *path, const char *rel, off_t size,
 
 /* Adds every file below root/rel (rel "" for root itself), skipping names
  * that start with a dot. */
-static int walk(buf_t *b, const char *root, const char *rel, int depth, char *err,
-                size_t errlen) {
+/* A pack's index, as the reader checks it against the directory. */
+typedef struct {
+  const char *p, *end;   /* its "SIZE MTIME REL\n" lines */
+  size_t count, seen;    /* lines, files of the directory found in them */
+  int stale;
+} check_t;
+
+/* Is the file rel (size, mtime) a line of the index? */
+static int in_index(const check_t *ck, const char *rel, const struct stat *st) {
+  char want[64];
+  size_t rl = strlen(rel);
+  int wl = snprintf(want, sizeof(want), "%lld %lld.%09ld ", (long long) st->st_size,
+                    (long long) st->st_mtim.tv_sec, (long) st->st_mtim.tv_nsec);
+  const char *p = ck->p;
+  while (p < ck->end) {
+    const char *nl = memchr(p, '\n', (size_t) (ck->end - p));
+    if (!nl) return 0;
+    if ((size_t) (nl - p) == (size_t) wl + rl && memcmp(p, want, (size_t) wl) == 0 &&
+        memcmp(p + wl, rel, rl) == 0)
+      return 1;
+    p = nl + 1;
+  }
+  return 0;
+}
+
+/* Walks the directory root/rel: with ck, only checks each file against a
+ * pack's index (ck->stale at the first difference); else appends each
+ * file to b, and its index line to idx when idx is given. */
+static int walk(buf_t *b, buf_t *idx, check_t *ck, const char *root, const char *rel,
+                int depth, char *err, size_t errlen) {
   char path[PATH_MAX];
   DIR *d;
   struct dirent *de;
@@ -174,7 +203,7 @@ static int walk(buf_t *b, const char *root, const char *rel, int depth, char *er
     snprintf(err, errlen, "cannot read baton's Lua library: %s: %s", path, strerror(e));
     return uv_translate_sys_error(e);
   }
-  while (!e && (de = readdir(d)) != NULL) {
+  while (!e && !(ck && ck->stale) && (de = readdir(d)) != NULL) {
     char sub[PATH_MAX], full[PATH_MAX + 1];
     struct stat st;
     if (de->d_name[0] == '.' || strchr(de->d_name, '\n')) continue;
@@ -184,25 +213,45 @@ static int walk(buf_t *b, const char *root, const char *rel, int depth, char *er
     snprintf(full, sizeof(full), "%s/%s", root, sub);
     if (stat(full, &st) < 0) continue; /* a dangling link, or gone since */
     if (S_ISDIR(st.st_mode)) {
-      if (depth < MAX_DEPTH) e = walk(b, root, sub, depth + 1, err, errlen);
+      if (depth < MAX_DEPTH) e = walk(b, idx, ck, root, sub, depth + 1, err, errlen);
+    } else if (S_ISREG(st.st_mode) && ck) {
+      if (in_index(ck, sub, &st)) ck->seen++;
+      else ck->stale = 1;
     } else if (S_ISREG(st.st_mode)) {
       e = add_file(b, full, sub, st.st_size, err, errlen);
+      if (!e && idx) {
+        char line[128];
+        snprintf(line, sizeof(line), "%lld %lld.%09ld ", (long long) st.st_size,
+                 (long long) st.st_mtim.tv_sec, (long) st.st_mtim.tv_nsec);
+        e = buf_add(idx, line, strlen(line));
+        if (!e) e = buf_add(idx, sub, strlen(sub));
+        if (!e) e = buf_add(idx, "\n", 1);
+        if (e) snprintf(err, errlen, "cannot pack baton's Lua library: %s", bt_strerror(e));
+      }
     }
   }
   closedir(d);
   return e;
 }
 
+/* The snapshot of the directory src, naming itself as the library of dir;
+ * with idx, the pack's index lines too. */
+static int read_dir(const char *src, const char *dir, const char *version, buf_t *b,
+                    buf_t *idx, char *err, size_t errlen) {
+  int e = buf_add(b, MAGIC, strlen(MAGIC));
+  if (!e) e = buf_add(b, version, strlen(version));
+  if (!e) e = buf_add(b, "\n", 1);
+  if (!e) e = buf_add(b, dir, strlen(dir));
+  if (!e) e = buf_add(b, "\n", 1);
+  if (e) snprintf(err, errlen, "cannot read baton's Lua library: %s", bt_strerror(e));
+  if (!e) e = walk(b, idx, NULL, src, "", 0, err, errlen);
+  return e;
+}
+
 int bt_lib_read_dir(const char *dir, const char *version, char **out, size_t *outlen,
                     char *err, size_t errlen) {
   buf_t b = {NULL, 0, 0};
-  int e = buf_add(&b, MAGIC, strlen(MAGIC));
-  if (!e) e = buf_add(&b, version, strlen(version));
-  if (!e) e = buf_add(&b, "\n", 1);
-  if (!e) e = buf_add(&b, dir, strlen(dir));
-  if (!e) e = buf_add(&b, "\n", 1);
-  if (e) snprintf(err, errlen, "cannot read baton's Lua library: %s", bt_strerror(e));
-  if (!e) e = walk(&b, dir, "", 0, err, errlen);
+  int e = read_dir(dir, dir, version, &b, NULL, err, errlen);
   if (e) {
     free(b.p);
     return e;
@@ -210,6 +259,38 @@ int bt_lib_read_dir(const char *dir, const char *version, char **out, size_t *ou
   *out = b.p;
   *outlen = b.n;
   return 0;
+}
+
+int bt_lib_write_pack(const char *src, const char *dir, const char *version,
+                      const char *out, char *err, size_t errlen) {
+  buf_t b = {NULL, 0, 0}, idx = {NULL, 0, 0};
+  char head[64], tmp[PATH_MAX];
+  size_t count = 0, i;
+  FILE *f;
+  int e = read_dir(src, dir, version, &b, &idx, err, errlen), ok;
+  if (e) goto done;
+  for (i = 0; i < idx.n; i++) count += idx.p[i] == '\n';
+  snprintf(head, sizeof(head), "%s%zu\n", PACK_MAGIC, count);
+  snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", out, (long) getpid());
+  /* Written aside and renamed over the old pack: a process that maps the
+   * old one keeps it whole. */
+  if (!(f = fopen(tmp, "we"))) {
+    e = uv_translate_sys_error(errno);
+    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  ok = fputs(head, f) >= 0 && fwrite(idx.p, 1, idx.n, f) == idx.n &&
+       fwrite(b.p, 1, b.n, f) == b.n;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, out) != 0) {
+    e = uv_translate_sys_error(errno ? errno : EIO);
+    snprintf(err, errlen, "cannot write %s: %s", out, strerror(errno ? errno : EIO));
+    unlink(tmp);
+  }
+done:
+  free(b.p);
+  free(idx.p);
+  return e;
 }
 
 /* A line of p (up to end) ending in '\n': its start and length; advances
@@ -307,6 +388,58 @@ static int attach(const char *fdtext, const char *version, char *err, size_t err
   return 0;
 }
 
+/* Maps dir's pack (DIR.pack) as the snapshot if it is this version's
+ * snapshot of dir as dir is now: every file under dir, and no other, has
+ * the size and modification time the pack's index gives it. Returns 0, or
+ * -1 when there is no such pack (the directory is then read instead). */
+static int map_pack(const char *dir, const char *version) {
+  char path[PATH_MAX + 300], tmp[32], *stop, e0[8];
+  struct stat st;
+  const char *p, *end, *nl, *ver;
+  size_t verlen;
+  void *m;
+  check_t ck;
+  int fd;
+
+  snprintf(path, sizeof(path), "%s.pack", dir);
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+  if (fstat(fd, &st) < 0 || st.st_size <= (off_t) strlen(PACK_MAGIC) ||
+      (m = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  p = m;
+  end = p + st.st_size;
+  memset(&ck, 0, sizeof(ck));
+  if (memcmp(p, PACK_MAGIC, strlen(PACK_MAGIC))) goto no;
+  p += strlen(PACK_MAGIC);
+  if (!(nl = memchr(p, '\n', (size_t) (end - p))) || nl - p >= (ptrdiff_t) sizeof(tmp)) goto no;
+  memcpy(tmp, p, (size_t) (nl - p));
+  tmp[nl - p] = '\0';
+  ck.count = strtoul(tmp, &stop, 10);
+  if (*stop || stop == tmp) goto no;
+  ck.p = p = nl + 1;
+  for (size_t i = 0; i < ck.count; i++) {
+    if (!(nl = memchr(p, '\n', (size_t) (end - p)))) goto no;
+    p = nl + 1;
+  }
+  ck.end = p;
+  if (walk(NULL, NULL, &ck, dir, "", 0, e0, sizeof(e0)) || ck.stale || ck.seen != ck.count)
+    goto no;
+  if (parse(p, (size_t) (end - p), &ver, &verlen) || verlen != strlen(version) ||
+      memcmp(ver, version, verlen) || strcmp(lib_dir, dir))
+    goto no;
+  blob = p;
+  blob_len = (size_t) (end - p);
+  return 0;
+no:
+  nentries = 0;
+  lib_dir[0] = '\0';
+  munmap(m, (size_t) st.st_size);
+  return -1;
+}
+
 int bt_lib_init(const char *version, const char *builtin, char *err, size_t errlen) {
   const char *fdtext = getenv("BATON_LIB_FD");
   char exe[PATH_MAX], dir[PATH_MAX + 256], *b;
@@ -323,6 +456,7 @@ int bt_lib_init(const char *version, const char *builtin, char *err, size_t errl
     snprintf(err, errlen, "%s", dir);
     return e;
   }
+  if (map_pack(dir, version) == 0) return 0;
   e = bt_lib_read_dir(dir, version, &b, &len, err, errlen);
   if (e) return e;
   e = parse(b, len, &ver, &verlen);

@@ -286,7 +286,7 @@ else
   u=$(mktemp -d /tmp/baton-install-user.XXXXXX)
   userdir=$u
   mkdir -p "$u/src/build" "$u/home" "$u/tmp"
-  cp -a "$root"/{Makefile,VERSION,README.md,CHANGELOG.md,LICENSE,NOTICE,runtime,lua,jobs,docs,tools} "$u/src/"
+  cp -a "$root"/{Makefile,VERSION,README.md,CHANGELOG.md,LICENSE,NOTICE,runtime,proto,lua,jobs,docs,tools} "$u/src/"
   [ -d "$root/build/obj" ] && cp -a "$root/build/obj" "$u/src/build/"
   chown -R "$uid:$uid" "$u"
   # as_user CMD...: CMD as the user, in the namespace, in a clean environment.
@@ -320,6 +320,11 @@ else
   out=$(setpriv --reuid="$uid" --regid="$uid" --clear-groups "$u/prefix/bin/baton" check \
         "$u/prefix/share/baton/jobs/pg-backup.lua" 2>&1)
   ok $? "the user's installed baton runs: baton check of its shipped pg-backup.lua" || diag "$out"
+  printf '%s\n' 'print(io.open("/proc/self/maps"):read("*a"):find(arg[1], 1, true) ~= nil)' >"$u/maps.lua"
+  chmod 644 "$u/maps.lua"
+  out=$(setpriv --reuid="$uid" --regid="$uid" --clear-groups "$u/prefix/bin/baton" eval \
+        "$u/maps.lua" "$u/prefix/share/baton/lua.pack" 2>&1)
+  is "$out" "true" "it maps its library's pack, PREFIX/share/baton/lua.pack (runtime/core/lib.h)"
   out=$(as_user make -s --no-print-directory -C "$u/src" uninstall PREFIX="$u/prefix" 2>&1)
   [ $? -eq 0 ] && [ -z "$(find "$u/prefix" -mindepth 1 2>/dev/null)" ]
   ok $? "make uninstall PREFIX=... as the user removes all of it" || diag "$out"
@@ -370,10 +375,10 @@ else
      "package baton, version $version"
   depends=$(dpkg-deb -f "$deb" Depends)
   missing=""
-  for p in libluajit-5.1-2 libuv1 libcjson1 libmicrohttpd12; do
+  for p in libluajit-5.1-2 libuv1 libcjson1 libmicrohttpd12 libssl3; do
     grep -qE "(^|, )$p( |,|$)" <<<"$depends" || missing="$missing $p"
   done
-  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1, libmicrohttpd12 ($depends)"
+  is "$missing" "" "Depends: libluajit-5.1-2, libuv1, libcjson1, libmicrohttpd12, libssl3 ($depends)"
   # Whatever else the program links is there too: every NEEDED library's
   # package is in Depends.
   missing=""
@@ -400,6 +405,11 @@ else
     [ -f "$tmp/debroot/usr/lib/sysusers.d/baton.conf" ] &&
     [ ! -e "$tmp/debroot/usr/share/baton/installed-files" ]
   ok $? "the package has the unit, the sysusers file, the man page (gzip), and no install list"
+  # The library's pack is that of the files as extracted (whole-second
+  # mtimes, all a .deb keeps), so the installed package's processes use it.
+  "$tmp/debroot/usr/bin/baton" _pack-lib "$tmp/debroot/usr/share/baton/lua" /usr/share/baton/lua \
+    "$tmp/repack" && cmp -s "$tmp/repack" "$tmp/debroot/usr/share/baton/lua.pack"
+  ok $? "the package's library pack matches its files as extracted, so it is not stale once installed"
   grep -qxF 'ExecStart=/usr/bin/baton node $BATON_NODE_ARGS' "$tmp/debroot/usr/lib/systemd/system/baton.service" &&
     grep -qxF 'EnvironmentFile=-/etc/default/baton' "$tmp/debroot/usr/lib/systemd/system/baton.service" &&
     [ -f "$tmp/debroot/etc/default/baton" ]

@@ -1,8 +1,9 @@
 -- What a baton process maps at start and what it loads on first use: the
 -- libraries that only some processes need are loaded with dlopen when
 -- first used, so that `baton lock`, `baton job ls` and `baton eval` of most
--- scripts do not pay for them (~1 ms of start-up each; libcurl's are
--- tested in http-libcurl.lua). And when one cannot be loaded, the call
+-- scripts do not pay for them (~1 ms of start-up each: libmicrohttpd for
+-- a server, OpenSSL for an https etcd; libcurl's are tested in
+-- http-libcurl.lua). And when one cannot be loaded, the call
 -- that needs it says so, with the reason, instead of the process failing
 -- to start.
 local T = require "tap"
@@ -20,6 +21,7 @@ end
 T.is(mapped("libmicrohttpd"), false, "a fresh process has not mapped libmicrohttpd")
 T.is(mapped("libgnutls"), false, "nor GnuTLS, which it pulls in")
 T.is(mapped("libcrypto"), false, "nor OpenSSL's libcrypto (SHA-256 is libsodium's)")
+T.is(mapped("libssl"), false, "nor OpenSSL's libssl (only https endpoints need it)")
 T.is(baton._sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
   "SHA-256 of \"abc\" (FIPS 180-2's example)")
 
@@ -34,6 +36,18 @@ if srv then
   T.is(r and r.body, "hi", "and the server answers")
   srv:close()
 end
+
+-- the first https connection to etcd loads OpenSSL, even one refused
+local function https_get()
+  local c = baton.etcd.new{endpoints = "https://127.0.0.1:1", timeout = 5, connect_timeout = 2}
+  local r, err, code = c:get("/lazy-libs")
+  c:close()
+  return r, err, code
+end
+local _, _, code = https_get()
+T.is(code, "ECONNREFUSED", "an https endpoint that refuses: " .. tostring(code))
+T.is(mapped("libssl"), true, "the https connection loaded libssl")
+T.is(mapped("libcrypto"), true, "and libcrypto")
 
 -- A libmicrohttpd that cannot be loaded: files that are not shared objects
 -- found first through LD_LIBRARY_PATH, under both names baton tries.
@@ -57,6 +71,33 @@ else
   local l1, l2 = out:match("([^\n]*)\n([^\n]*)")
   T.like(l1, "^nil\tENOTSUP: 127%.0%.0%.1:0: libmicrohttpd could not be loaded: .*libmicrohttpd%.so%.12.*\tENOTSUP$",
     "listen says libmicrohttpd could not be loaded, and why")
+  T.is(l2, l1, "and says it again on the next try")
+  baton.exec{"rm", "-rf", dir}
+end
+
+-- Nor OpenSSL: an https connection says so, with the reason, every time.
+if not bin or bin == "" then
+  T.skip("BATON_BIN is not set", 3)
+else
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(baton.exec{"mkdir", "-p", dir})
+  files.write(dir .. "/libssl.so.3", "not a library\n")
+  files.write(dir .. "/libcrypto.so.3", "not a library\n")
+  files.write(dir .. "/t.lua", [[
+    for _ = 1, 2 do
+      local c = baton.etcd.new{endpoints = "https://127.0.0.1:1", timeout = 5, connect_timeout = 2}
+      print(c:get("/lazy-libs"))
+      c:close()
+    end
+  ]])
+  local res = baton.exec{bin, "eval", dir .. "/t.lua", timeout = 30,
+                         env = {LD_LIBRARY_PATH = dir}}
+  T.is(res and res.code, 0, "the process runs to its end: " .. tostring(res and res.stderr))
+  local out = res and res.stdout or ""
+  local l1, l2 = out:match("([^\n]*)\n([^\n]*)")
+  T.like(l1, "^nil\tENOTSUP: .*https://127%.0%.0%.1:1: OpenSSL could not be loaded: .*lib[a-z]+%.so%.3.*\tENOTSUP$",
+    "an https call says OpenSSL could not be loaded, and why")
   T.is(l2, l1, "and says it again on the next try")
   baton.exec{"rm", "-rf", dir}
 end
