@@ -209,9 +209,12 @@ static int map_curl(CURLcode code) {
   case CURLE_SEND_ERROR:
   case CURLE_RECV_ERROR:
   case CURLE_GOT_NOTHING:
-  case CURLE_PARTIAL_FILE: return BT_ECONNRESET;
+  case CURLE_PARTIAL_FILE:
+  case CURLE_HTTP2_STREAM: return BT_ECONNRESET;  /* a stream reset */
   case CURLE_OUT_OF_MEMORY: return BT_ENOMEM;
   case CURLE_WRITE_ERROR: return BT_ETOOLARGE; /* body over MAX_BODY */
+  case CURLE_TOO_MANY_REDIRECTS: return BT_EHTTP;
+  case CURLE_HTTP2:
   case CURLE_WEIRD_SERVER_REPLY:
   case CURLE_BAD_CONTENT_ENCODING: return BT_EPROTO;
   case CURLE_URL_MALFORMAT:
@@ -289,10 +292,15 @@ static void check_multi_info(client_t *c) {
     {
       CURLcode code = msg->data.result;
       int err = req->cancel ? BT_ECANCELED : map_curl(code);
-      /* After a connection: not a URL of another scheme but an answer that
-       * is not HTTP/1.x ("Received HTTP/0.9 when not allowed"). */
-      if (err == BT_EINVAL && code == CURLE_UNSUPPORTED_PROTOCOL && req->tried)
-        err = BT_EPROTO;
+      /* After a connection: not a URL of another scheme but a redirect to
+       * one (refused: the last answer was a 3xx), or an answer that is not
+       * HTTP/1.x ("Received HTTP/0.9 when not allowed"). */
+      if (err == BT_EINVAL && code == CURLE_UNSUPPORTED_PROTOCOL &&
+          req->tried) {
+        long last = 0;
+        cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &last);
+        err = last >= 300 && last < 400 ? BT_EHTTP : BT_EPROTO;
+      }
       /* msg is invalid after remove_handle, so nothing of it is used below */
       finish(req, err);
     }
@@ -437,7 +445,13 @@ static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   curl_req_t *req = ud;
   size_t len = sz * n;
-  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) req->head.len = 0;
+  /* A new status line: a 1xx's or a followed redirect's headers (and a
+   * redirect's body, which curl may have written) are not the answer's. */
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+    req->head.len = 0;
+    req->resp.len = 0;
+    if (req->resp.p) req->resp.p[0] = '\0';
+  }
   return buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
 }
 
@@ -538,13 +552,34 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
   cu.easy_setopt(e, CURLOPT_PRIVATE, (char *) req);
   cu.easy_setopt(e, CURLOPT_ERRORBUFFER, req->errtext);
   cu.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  /* No proxy (as baton.http has always been): it spares curl reading the
-   * proxy variables of the environment on every request. */
-  cu.easy_setopt(e, CURLOPT_PROXY, "");
+  /* A proxy only when asked for: "" makes curl ignore the environment's
+   * variables (and spares it reading them on every request); NOPROXY ""
+   * makes a given proxy serve every host, whatever no_proxy says. */
+  if (o->proxy) {
+    cu.easy_setopt(e, CURLOPT_PROXY, o->proxy);
+    cu.easy_setopt(e, CURLOPT_NOPROXY, "");
+  } else if (!o->env_proxy) {
+    cu.easy_setopt(e, CURLOPT_PROXY, "");
+  }
   cu.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (o->max_redirects > 0) {
+    /* Only to http(s). curl itself keeps credentials to the first host:
+     * user:password of the URL, and custom Authorization and Cookie
+     * headers, are not sent after a change of host, port or scheme
+     * (CURLOPT_UNRESTRICTED_AUTH stays 0); tests/lua/http-options.lua
+     * checks it. A POST becomes a GET after a 301, 302 or 303; other
+     * methods are repeated as they are (below). */
+    cu.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    cu.easy_setopt(e, CURLOPT_MAXREDIRS, o->max_redirects);
+    cu.easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  }
   cu.easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
   cu.easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);
-  cu.easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+  /* 2TLS: HTTP/2 only where ALPN offers it (https); http:// stays 1.1,
+   * with no h2c upgrade. */
+  cu.easy_setopt(e, CURLOPT_HTTP_VERSION,
+                 (long) (o->http2 ? CURL_HTTP_VERSION_2TLS
+                                  : CURL_HTTP_VERSION_1_1));
   cu.easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
   cu.easy_setopt(e, CURLOPT_WRITEDATA, req);
   cu.easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
@@ -578,8 +613,16 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
     if (!method) method = "POST";
   }
   if (method && strcmp(method, o->body ? "POST" : "GET") != 0) {
-    if (strcmp(method, "HEAD") == 0) cu.easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else cu.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "HEAD") == 0) {
+      cu.easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else {
+      cu.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+      /* curl repeats a custom method on every redirect, but would drop its
+       * body after a 301, 302 or 303 (as for a POST it turns into a GET):
+       * an empty PUT at the new place. The body goes with the method. */
+      if (o->body && o->max_redirects > 0)
+        cu.easy_setopt(e, CURLOPT_POSTREDIR, (long) CURL_REDIR_POST_ALL);
+    }
   }
   /* No "Expect: 100-continue" round trip for large bodies. */
   req->hdrs = cu.slist_append(NULL, "Expect:");
@@ -641,6 +684,31 @@ int bt_http_req_unsent(const bt_http_req_t *req) {
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len) {
   if (len) *len = req->head.len;
   return req->head.p ? req->head.p : "";
+}
+
+const char *bt_http_req_url(const bt_http_req_t *req) {
+  char *url = NULL;
+  if (!req->easy) return NULL;
+  cu.easy_getinfo(req->easy, CURLINFO_EFFECTIVE_URL, &url);
+  return url;
+}
+
+long bt_http_req_redirects(const bt_http_req_t *req) {
+  long n = 0;
+  if (req->easy) cu.easy_getinfo(req->easy, CURLINFO_REDIRECT_COUNT, &n);
+  return n;
+}
+
+const char *bt_http_req_version(const bt_http_req_t *req) {
+  long v = 0;
+  if (req->easy) cu.easy_getinfo(req->easy, CURLINFO_HTTP_VERSION, &v);
+  switch (v) {
+  case CURL_HTTP_VERSION_1_0: return "1.0";
+  case CURL_HTTP_VERSION_1_1: return "1.1";
+  case CURL_HTTP_VERSION_2_0: return "2";
+  case CURL_HTTP_VERSION_3: return "3";
+  default: return "";
+  }
 }
 
 const char *bt_http_req_errtext(const bt_http_req_t *req) {

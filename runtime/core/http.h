@@ -1,8 +1,10 @@
 /*
- * HTTP/1.1 client on a libuv loop: http:// and https:// through libcurl,
- * loaded on a process's first request (http.c says why). Connections are
- * kept alive and reused across requests of one bt_http_t. Every request has
- * a timeout and can be cancelled.
+ * HTTP client on a libuv loop: http:// and https:// through libcurl, loaded
+ * on a process's first request (http.c says why). HTTP/1.1, or HTTP/2 over
+ * https when asked for and the server agrees. Connections are kept alive and
+ * reused across requests of one bt_http_t. Every request has a timeout and
+ * can be cancelled. Redirects are followed and proxies used only when asked
+ * for.
  */
 #ifndef BATON_HTTP_H
 #define BATON_HTTP_H
@@ -37,6 +39,14 @@ typedef struct {
   long low_speed_secs;          /* stream idle limit via TCP keepalive; 0 = off */
   const char *cacert, *cert, *key;  /* TLS files, or NULL */
   int insecure;                 /* skip TLS peer verification (tests only) */
+  long max_redirects;           /* follow up to this many 3xx (to http and
+                                   https URLs only); 0 = return the 3xx */
+  const char *proxy;            /* proxy URL for every request, or NULL */
+  int env_proxy;                /* with proxy NULL: the environment's
+                                   http_proxy, https_proxy, all_proxy and
+                                   no_proxy, as curl reads them; 0 = none */
+  int http2;                    /* offer HTTP/2 over https (ALPN); http://
+                                   stays HTTP/1.1 */
   bt_http_data_cb on_data;      /* non-NULL makes the request a stream */
   bt_http_done_cb on_done;
   void *arg;
@@ -64,6 +74,17 @@ int bt_http_req_unsent(const bt_http_req_t *req);
 
 /** The response's header block ("Name: value\r\n" lines), valid in on_done. */
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
+
+/** The URL the response came from (after redirects), valid in on_done;
+ * NULL when the request never reached curl. */
+const char *bt_http_req_url(const bt_http_req_t *req);
+
+/** Number of redirects followed, valid in on_done. */
+long bt_http_req_redirects(const bt_http_req_t *req);
+
+/** The response's HTTP version ("1.0", "1.1", "2", "3"), valid in on_done;
+ * "" when there was no response. */
+const char *bt_http_req_version(const bt_http_req_t *req);
 
 /** curl's words on the failure ("Empty reply from server"), valid in
  * on_done ("" if none). */

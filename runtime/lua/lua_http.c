@@ -2,8 +2,15 @@
  * baton.http: one HTTP request, waited for without blocking the loop.
  *
  *   local r = assert(baton.http{method = "POST", url = url, body = b,
- *                               headers = {["Content-Type"] = "text/plain"}})
- *   -- r.status, r.headers["content-type"], r.body
+ *                               headers = {["Content-Type"] = "text/plain"},
+ *                               redirects = 3})
+ *   -- r.status, r.headers["content-type"], r.body, r.http_version,
+ *   -- r.url and r.redirects (with redirects = n > 0)
+ *
+ * Proxies: the environment's (curl reads http_proxy, https_proxy,
+ * no_proxy), unless proxy = URL or false. HTTP/2 is offered over https for
+ * bodies up to 64 KiB (l_http says why not above). docs/lua-api.md has the
+ * rules (what a redirect keeps, which codes).
  *
  * All requests of a runtime share one bt_http_t (and so its kept-alive
  * connections). It is made on first use and closed by the runtime's
@@ -25,6 +32,8 @@
 #define CLIENT_KEY "baton.http.client"
 #define DEFAULT_TIMEOUT 30.0
 #define ERRTEXT_MAX 256         /* the HTTP client's error text */
+#define MAX_REDIRECTS 50        /* curl's own default limit */
+#define H2_MAX_BODY 65535       /* HTTP/2's default initial window */
 
 /* The runtime's client, boxed in a userdata kept in the registry. The box
  * lives until lua_close, which comes after the runtime has run its
@@ -40,6 +49,7 @@ typedef struct {
   bt_co_t *co;
   bt_http_req_t *req;
   double timeout;
+  int follow;             /* redirects were asked for: say where it ended */
   char url[];
 } hwait_t;
 
@@ -114,6 +124,24 @@ static void push_headers(lua_State *S, const char *p, size_t len) {
   }
 }
 
+/* Copies url (len bytes) to out without its user:password@ part, so that
+ * error messages, which end up in logs, do not carry credentials. */
+static void copy_url(char *out, const char *url, size_t len) {
+  const char *auth = strstr(url, "://"), *end, *at = NULL, *p;
+  if (auth) {
+    auth += 3;
+    end = auth + strcspn(auth, "/?#");
+    for (p = auth; p < end; p++)
+      if (*p == '@') at = p;
+  }
+  if (!at) {
+    memcpy(out, url, len + 1);
+    return;
+  }
+  memcpy(out, url, (size_t) (auth - url));
+  memcpy(out + (auth - url), at + 1, len - (size_t) (at + 1 - url) + 1);
+}
+
 /* The request ended (bt_http_done_cb): resume the coroutine with the
  * response or the failure, unless it was killed. */
 static void on_done(bt_http_req_t *req, int err, long status, const char *body,
@@ -157,6 +185,27 @@ static void on_done(bt_http_req_t *req, int err, long status, const char *body,
     lua_setfield(S, -2, "headers");
     lua_pushlstring(S, body ? body : "", body ? len : 0);
     lua_setfield(S, -2, "body");
+    lua_pushstring(S, bt_http_req_version(req));
+    lua_setfield(S, -2, "http_version");
+    if (w->follow) {
+      const char *url = bt_http_req_url(req);
+      char *clean;
+      size_t ulen;
+      if (!url) url = w->url;
+      ulen = strlen(url);
+      /* a redirect's URL may carry credentials too: never shown */
+      clean = malloc(ulen + 1);
+      if (clean) {
+        copy_url(clean, url, ulen);
+        lua_pushstring(S, clean);
+        free(clean);
+      } else {
+        lua_pushstring(S, w->url);
+      }
+      lua_setfield(S, -2, "url");
+      lua_pushinteger(S, (lua_Integer) bt_http_req_redirects(req));
+      lua_setfield(S, -2, "redirects");
+    }
     n = 1;
   }
   free(w);
@@ -251,25 +300,10 @@ static const char **build_headers(lua_State *L, int idx) {
   return lines;
 }
 
-/* Copies url (len bytes) to out without its user:password@ part, so that
- * error messages, which end up in logs, do not carry credentials. */
-static void copy_url(char *out, const char *url, size_t len) {
-  const char *auth = strstr(url, "://"), *end, *at = NULL, *p;
-  if (auth) {
-    auth += 3;
-    end = auth + strcspn(auth, "/?#");
-    for (p = auth; p < end; p++)
-      if (*p == '@') at = p;
-  }
-  if (!at) {
-    memcpy(out, url, len + 1);
-    return;
-  }
-  memcpy(out, url, (size_t) (auth - url));
-  memcpy(out + (auth - url), at + 1, len - (size_t) (at + 1 - url) + 1);
-}
+#define OPTIONS "method, url, headers, body, timeout, redirects, proxy, cacert"
 
-/* baton.http{method=, url=, headers=, body=, timeout=}. */
+/* baton.http{method=, url=, headers=, body=, timeout=, redirects=, proxy=,
+ * cacert=}. */
 static int l_http(lua_State *L) {
   bt_http_opts_t o;
   const char *url, *body = NULL;
@@ -277,6 +311,9 @@ static int l_http(lua_State *L) {
   const char **headers = NULL;
   char method[32];
   double timeout = DEFAULT_TIMEOUT;
+  long redirects = 0;
+  const char *proxy = NULL, *cacert = NULL;
+  int env_proxy = 1;
   bt_http_t *h;
   bt_co_t *co;
   hwait_t *w;
@@ -284,7 +321,7 @@ static int l_http(lua_State *L) {
 
   if (lua_type(L, 1) != LUA_TTABLE)
     return luaL_error(L, "baton.http: expects a table {method=, url=, "
-                      "headers=, body=, timeout=} (got %s)",
+                      "headers=, body=, timeout=, ...} (got %s)",
                       luaL_typename(L, 1));
   lua_settop(L, 1);
   lua_pushnil(L);
@@ -293,13 +330,13 @@ static int l_http(lua_State *L) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING)
       return luaL_error(L, "baton.http: unexpected %s key (options are "
-                        "method, url, headers, body, timeout)",
-                        luaL_typename(L, -1));
+                        OPTIONS ")", luaL_typename(L, -1));
     k = lua_tostring(L, -1);
     if (strcmp(k, "method") && strcmp(k, "url") && strcmp(k, "headers") &&
-        strcmp(k, "body") && strcmp(k, "timeout"))
-      return luaL_error(L, "baton.http: unknown option '%s' (expected "
-                        "method, url, headers, body or timeout)", k);
+        strcmp(k, "body") && strcmp(k, "timeout") && strcmp(k, "redirects") &&
+        strcmp(k, "proxy") && strcmp(k, "cacert"))
+      return luaL_error(L, "baton.http: unknown option '%s' (options are "
+                        OPTIONS ")", k);
   }
 
   /* Each value stays on the stack, so its string stays valid. */
@@ -348,12 +385,47 @@ static int l_http(lua_State *L) {
       return luaL_error(L, "baton.http: timeout must be > 0 seconds");
   }
 
-  lua_getfield(L, 1, "headers");                              /* 6 */
+  lua_getfield(L, 1, "redirects");                            /* 6 */
   if (!lua_isnil(L, 6)) {
-    if (lua_type(L, 6) != LUA_TTABLE)
-      return luaL_error(L, "baton.http: headers must be a table (got %s)",
+    double n;
+    if (lua_type(L, 6) != LUA_TNUMBER)
+      return luaL_error(L, "baton.http: redirects must be a number (got %s)",
                         luaL_typename(L, 6));
-    headers = build_headers(L, 6);
+    n = lua_tonumber(L, 6);
+    if (!(n >= 0 && n <= MAX_REDIRECTS) || n != (double) (long) n)
+      return luaL_error(L, "baton.http: redirects must be a whole number "
+                        "from 0 to %d", MAX_REDIRECTS);
+    redirects = (long) n;
+  }
+
+  lua_getfield(L, 1, "proxy");                                /* 7 */
+  if (lua_type(L, 7) == LUA_TBOOLEAN && !lua_toboolean(L, 7)) {
+    env_proxy = 0;
+  } else if (!lua_isnil(L, 7)) {
+    if (lua_type(L, 7) != LUA_TSTRING)
+      return luaL_error(L, "baton.http: proxy must be a URL or false "
+                        "(got %s)", luaL_typename(L, 7));
+    proxy = lua_tostring(L, 7);
+    if (!bt_http_url_ok(proxy))
+      return luaL_error(L, "baton.http: proxy must be an http:// or "
+                        "https:// URL with a host (got '%s')", proxy);
+  }
+
+  lua_getfield(L, 1, "cacert");                               /* 8 */
+  if (!lua_isnil(L, 8)) {
+    if (lua_type(L, 8) != LUA_TSTRING || lua_objlen(L, 8) == 0)
+      return luaL_error(L, "baton.http: cacert must be a file name (got %s)",
+                        luaL_typename(L, 8));
+    cacert = lua_tostring(L, 8);
+  }
+
+  /* last: build_headers pushes more on the stack */
+  lua_getfield(L, 1, "headers");                              /* 9 */
+  if (!lua_isnil(L, 9)) {
+    if (lua_type(L, 9) != LUA_TTABLE)
+      return luaL_error(L, "baton.http: headers must be a table (got %s)",
+                        luaL_typename(L, 9));
+    headers = build_headers(L, 9);
   }
 
   co = bt_co_current(L, "baton.http");
@@ -364,6 +436,7 @@ static int l_http(lua_State *L) {
   w->co = co;
   w->req = NULL;
   w->timeout = timeout;
+  w->follow = redirects > 0;
   copy_url(w->url, url, url_len);
 
   memset(&o, 0, sizeof(o));
@@ -375,6 +448,15 @@ static int l_http(lua_State *L) {
   o.timeout_ms = (long) (timeout * 1000.0 + 0.5);
   /* The request's timeout bounds the connect too (curl's would be 2 s). */
   o.connect_timeout_ms = o.timeout_ms;
+  o.max_redirects = redirects;
+  o.proxy = proxy;
+  o.env_proxy = env_proxy;
+  o.cacert = cacert;
+  /* HTTP/2 where https offers it, except for bodies over what the server
+   * takes before reading (HTTP/2's initial window): a server that answers
+   * early (a 401, a 413) then resets the stream, and libcurl 7.88 reports
+   * that as an error instead of the answer, where HTTP/1.1 returns it. */
+  o.http2 = body_len <= H2_MAX_BODY;
   o.on_done = on_done;
   o.arg = w;
   rc = bt_http_request(h, &o, &w->req);
