@@ -710,7 +710,14 @@ for key, rec in pairs(records) do
         end
       elseif not En and rec.state ~= "abandoned" then
         local fire = epoch_of(key:match("/(.+)$") or "")
-        if not fire or fire <= rto then
+        -- A poisoned queue task (a NUL byte) is never executed: its next
+        -- attempt is the node that took it over refusing it (rule 10).
+        local refused
+        for _, b in ipairs(rec.attempts or {}) do
+          if b.attempt == a.attempt + 1 and b.state == "failed"
+             and tostring(b.error):find("NUL byte", 1, true) then refused = true end
+        end
+        if not refused and (not fire or fire <= rto) then
           violation("failover", "%s attempt %d on %s recorded lost, but no attempt %d ever executed "
             .. "(record state %s)", key, a.attempt, tostring(a.node), a.attempt + 1, tostring(rec.state))
         end
