@@ -102,6 +102,7 @@ struct bt_grpc_conn_s {
   char rbuf[READ_BUF];
   uint8_t *wbuf;                     /* one flush's bytes */
   size_t wlen, wcap;
+  bt_grpc_stats_t st;
 };
 
 static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...)
@@ -289,6 +290,8 @@ static int socket_write(bt_grpc_conn_t *c, const void *p, size_t n) {
     free(w);
     return rc;
   }
+  c->st.writes++;
+  c->st.bytes_out += n;
   return 0;
 }
 
@@ -482,6 +485,7 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
+  if (f->hd.type < 10) c->st.frames_in[f->hd.type]++;
   if (c->closing) return 0;
   switch (f->hd.type) {
   case NGHTTP2_HEADERS:
@@ -503,6 +507,7 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
     break;
   case NGHTTP2_PING:
     if (f->hd.flags & NGHTTP2_FLAG_ACK) c->ping_sent = 0;
+    else c->st.pings_in++;
     break;
   case NGHTTP2_GOAWAY:
     if (!c->goaway) {
@@ -525,6 +530,9 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
 
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
+  bt_grpc_conn_t *c = ud;
+  if (f->hd.type < 10) c->st.frames_out[f->hd.type]++;
+  if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) c->st.ping_acks_out++;
   if (f->hd.type == NGHTTP2_HEADERS) {
     bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
     if (s) s->headers_sent = 1;
@@ -636,6 +644,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
+  c->st.reads++;
+  c->st.bytes_in += (uint64_t) n;
   if (!c->tls) {
     conn_recv(c, (const uint8_t *) buf->base, (size_t) n);
     return;
@@ -1056,6 +1066,10 @@ int bt_grpc_ready(const bt_grpc_conn_t *c) {
 
 const char *bt_grpc_url(const bt_grpc_conn_t *c) {
   return c->url;
+}
+
+void bt_grpc_stats(const bt_grpc_conn_t *c, bt_grpc_stats_t *st) {
+  *st = c->st;
 }
 
 /* grpc-timeout's value: at most 8 digits and a unit. */
