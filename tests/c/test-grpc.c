@@ -411,6 +411,7 @@ static void test_paced_writes(const char *url) {
   uint8_t buf[256];
   char key[128], msg[256];
   int err, i, good = 0;
+  uint64_t t0, most;
   bt_grpc_conn_t *c;
   o.url = url;
   memset(&r, 0, sizeof(r));
@@ -423,23 +424,26 @@ static void test_paced_writes(const char *url) {
   snprintf(key, sizeof(key), "%spaced", prefix);
   unary(c, "/etcdserverpb.KV/Put", buf, pb_kv(buf, key, "x"), 5000, &call);
   bt_grpc_stats(c, &st0);
+  t0 = now_ms();
   for (i = 0; i < N; i++) {
     run_for(3);
     if (unary(c, "/etcdserverpb.KV/Put", buf, pb_kv(buf, key, "x"), 5000, &call) == 0 &&
         call.status == 0 && call.nmsg == 1)
       good++;
   }
+  /* at most one ACK per 50 ms (however slow a loaded machine makes it) */
+  most = (now_ms() - t0) / 50 + 2;
   bt_grpc_stats(c, &st);
   is_int(good, N, "%d paced Puts answered", N);
   is_int((int) (st.frames_out[1] - st0.frames_out[1]), N,
          "the stats count one HEADERS frame (type 1) sent per call");
   ok(st.pings_in > st0.pings_in, "etcd sent PINGs meanwhile (%llu)",
      (unsigned long long) (st.pings_in - st0.pings_in));
-  ok(st.ping_acks_out - st0.ping_acks_out <= N / 10,
-     "at most one PING ACK per 10 calls (%llu ACKs for %d calls, %llu PINGs)",
+  ok(st.ping_acks_out - st0.ping_acks_out <= most,
+     "at most one PING ACK per 50 ms (%llu ACKs for %d calls in %llu ms, %llu PINGs)",
      (unsigned long long) (st.ping_acks_out - st0.ping_acks_out), N,
-     (unsigned long long) (st.pings_in - st0.pings_in));
-  ok(st.writes - st0.writes <= N + N / 10, "at most 1.1 socket writes per call (%llu for %d)",
+     (unsigned long long) (now_ms() - t0), (unsigned long long) (st.pings_in - st0.pings_in));
+  ok(st.writes - st0.writes <= N + most, "one socket write per call, besides those ACKs (%llu for %d)",
      (unsigned long long) (st.writes - st0.writes), N);
   bt_grpc_close(c);
   run_until(&r.closed, 1, 5000);
