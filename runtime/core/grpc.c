@@ -19,8 +19,9 @@
  * connection goes), so no pointer nghttp2 holds can dangle; a finished
  * stream ("zombie") calls nobody.
  *
- * Timers. One timer per connection serves the connect timeout, the PING and
- * every stream's deadline: it fires at the earliest of them and scans.
+ * Timers. One timer per connection serves the connect timeout, our PING, the
+ * held ACK to the server's PING (ACK_DELAY_MS) and every stream's deadline:
+ * it fires at the earliest of them and scans.
  */
 #define _GNU_SOURCE
 #include "grpc.h"
@@ -107,6 +108,17 @@ static int load_ossl(void) {
 #define STREAM_WINDOW ((int32_t) 16 << 20)
 #define CONN_WINDOW ((int32_t) 256 << 20)
 #define READ_BUF 65536
+/* How long the ACK to a server's PING is held. grpc-go servers (etcd) send
+ * a PING, for their flow-control (BDP) estimate, on data they read while
+ * none of theirs is unanswered: answered at once, a client making calls one
+ * at a time gets a PING with nearly every call, and etcd pays a write for
+ * it and a wakeup and read for the lone ACK (paced at 1000 puts/s, 40% of
+ * the segments etcd read from baton were lone ACKs, and etcd spent ~1.2x
+ * the CPU per request that it spends for the npm etcd3 client). Held this
+ * long, there is one such PING per ACK_DELAY_MS at most. Keepalive PINGs
+ * wait seconds for their ACK; a held ACK goes at once when a newer PING
+ * comes. */
+#define ACK_DELAY_MS 50
 
 struct bt_grpc_stream_s {
   bt_grpc_conn_t *c;
@@ -161,10 +173,13 @@ struct bt_grpc_conn_s {
   bt_grpc_stream_t *streams;         /* live and zombie */
   int live;                          /* streams not finished */
   uint64_t connect_deadline, last_read, ping_sent, timer_due;
+  uint64_t ack_due;                  /* the held PING ACK's time; 0 = none */
+  uint8_t ack_data[8];               /* its payload */
   int in_recv;                       /* inside nghttp2_session_mem_recv */
   char rbuf[READ_BUF];
   uint8_t *wbuf;                     /* one flush's bytes */
   size_t wlen, wcap;
+  bt_grpc_stats_t st;
 };
 
 static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...)
@@ -352,6 +367,8 @@ static int socket_write(bt_grpc_conn_t *c, const void *p, size_t n) {
     free(w);
     return rc;
   }
+  c->st.writes++;
+  c->st.bytes_out += n;
   return 0;
 }
 
@@ -445,6 +462,12 @@ static void conn_schedule(bt_grpc_conn_t *c) {
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------- */
+
+/* Queues the held PING ACK (nghttp2's automatic ACK is off). */
+static void ack_send(bt_grpc_conn_t *c) {
+  c->ack_due = 0;
+  nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_ACK, c->ack_data);
+}
 
 static void stream_end_by_server(bt_grpc_stream_t *s, uint32_t error_code, int rst);
 
@@ -545,6 +568,7 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
+  if (f->hd.type < 10) c->st.frames_in[f->hd.type]++;
   if (c->closing) return 0;
   switch (f->hd.type) {
   case NGHTTP2_HEADERS:
@@ -565,7 +589,15 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
     }
     break;
   case NGHTTP2_PING:
-    if (f->hd.flags & NGHTTP2_FLAG_ACK) c->ping_sent = 0;
+    if (f->hd.flags & NGHTTP2_FLAG_ACK) {
+      c->ping_sent = 0;
+      break;
+    }
+    c->st.pings_in++;
+    if (c->ack_due) ack_send(c);     /* one held at a time: the older goes */
+    memcpy(c->ack_data, f->ping.opaque_data, sizeof(c->ack_data));
+    c->ack_due = uv_now(c->loop) + ACK_DELAY_MS;
+    conn_arm(c, c->ack_due);
     break;
   case NGHTTP2_GOAWAY:
     if (!c->goaway) {
@@ -588,6 +620,9 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
 
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
+  bt_grpc_conn_t *c = ud;
+  if (f->hd.type < 10) c->st.frames_out[f->hd.type]++;
+  if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) c->st.ping_acks_out++;
   if (f->hd.type == NGHTTP2_HEADERS) {
     bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
     if (s) s->headers_sent = 1;
@@ -699,6 +734,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
+  c->st.reads++;
+  c->st.bytes_in += (uint64_t) n;
   if (!c->tls) {
     conn_recv(c, (const uint8_t *) buf->base, (size_t) n);
     return;
@@ -823,6 +860,7 @@ static uint64_t conn_next_due(bt_grpc_conn_t *c) {
   bt_grpc_stream_t *s;
 #define MIN_DUE(t) do { uint64_t t_ = (t); if (t_ && (!due || t_ < due)) due = t_; } while (0)
   if (!c->ready) MIN_DUE(c->connect_deadline);
+  MIN_DUE(c->ack_due);
   if (c->ping_interval_ms > 0 && c->transport_up && c->live > 0) {
     if (c->ping_sent) MIN_DUE(c->ping_sent + (uint64_t) c->ping_timeout_ms);
     else MIN_DUE(c->last_read + (uint64_t) c->ping_interval_ms);
@@ -874,6 +912,7 @@ again:
       }
     }
   }
+  if (c->ack_due && now >= c->ack_due) ack_send(c);
   conn_flush(c);
   if (!c->closing) conn_arm(c, conn_next_due(c));
 }
@@ -1014,6 +1053,7 @@ static int h2_setup(bt_grpc_conn_t *c) {
   }
   /* etcd allows 2^32-1 streams; don't guess 100 before its SETTINGS come. */
   nghttp2_option_set_peer_max_concurrent_streams(opt, 1000);
+  nghttp2_option_set_no_auto_ping_ack(opt, 1);   /* ACKs held: ACK_DELAY_MS */
   rc = nghttp2_session_client_new2(&c->h2, cbs, c, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
@@ -1125,6 +1165,10 @@ int bt_grpc_ready(const bt_grpc_conn_t *c) {
 
 const char *bt_grpc_url(const bt_grpc_conn_t *c) {
   return c->url;
+}
+
+void bt_grpc_stats(const bt_grpc_conn_t *c, bt_grpc_stats_t *st) {
+  *st = c->st;
 }
 
 /* grpc-timeout's value: at most 8 digits and a unit. */

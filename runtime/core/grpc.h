@@ -133,6 +133,24 @@ int bt_grpc_stream_unsent(const bt_grpc_stream_t *s);
 /** The connection's url, as given. */
 const char *bt_grpc_url(const bt_grpc_conn_t *c);
 
+/* What went over a connection so far, for benches and tests (what a
+ * request costs the server: each socket write is a segment the server
+ * wakes up for). */
+typedef struct {
+  uint64_t writes;            /* socket writes (uv_write calls) */
+  uint64_t bytes_out;         /* bytes written (TLS records for https) */
+  uint64_t reads;             /* socket reads that returned data */
+  uint64_t bytes_in;
+  uint64_t frames_out[10];    /* HTTP/2 frames sent, by type (DATA 0 ..
+                                 CONTINUATION 9) */
+  uint64_t frames_in[10];     /* frames received, by type */
+  uint64_t pings_in;          /* the server's PINGs (not ACKs) */
+  uint64_t ping_acks_out;     /* our ACKs to them */
+} bt_grpc_stats_t;
+
+/** Fills *st with c's counters. */
+void bt_grpc_stats(const bt_grpc_conn_t *c, bt_grpc_stats_t *st);
+
 /* ---- pure helpers (unit-tested, fuzzed) -------------------------------- */
 
 /* gRPC's length-prefixed messages out of arbitrary DATA chunks. */

@@ -17,9 +17,10 @@
 -- a warm-up of 4*CONC requests; with RATE > 0, request i starts no earlier
 -- than i/RATE seconds after the first (at most CONC in flight still). The same requests as tests/bench/grpc/bench.js
 -- sends. Prints "ticks=<etcd utime+stime, clock ticks> wall_us=<..> n=<N>
--- self_ticks=<this process's utime+stime>", etcd's CPU read from
--- /proc/ETCD_PID/stat and this process's from /proc/self/stat around the N
--- requests only.
+-- self_ticks=<this process's utime+stime> etcd_syscr=<..> etcd_syscw=<..>",
+-- etcd's CPU read from /proc/ETCD_PID/stat, its read and write system calls
+-- (sockets and files) from /proc/ETCD_PID/io and this process's CPU from
+-- /proc/self/stat, around the N requests only.
 local workload, pid = arg[1], arg[2]
 local n, conc = tonumber(arg[3]), tonumber(arg[4])
 local base = arg[5]
@@ -43,6 +44,14 @@ local function ticks(p)
   local fields = {}
   for w in s:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
   return tonumber(fields[12]) + tonumber(fields[13])
+end
+
+-- read and write system calls of a process (syscr, syscw of /proc/PID/io)
+local function syscalls(p)
+  local f = assert(io.open("/proc/" .. p .. "/io"))
+  local s = f:read("*a")
+  f:close()
+  return tonumber(s:match("syscr: (%d+)")), tonumber(s:match("syscw: (%d+)"))
 end
 
 local fence
@@ -113,9 +122,12 @@ local function run(count, done, paced)
 end
 
 run(4 * conc, function()
+  local r0, w0 = syscalls(pid)
   local t0, c0, s0 = mono(), ticks(pid), ticks("self")
   run(n, function()
     local t1, c1, s1 = mono(), ticks(pid), ticks("self")
-    print(("ticks=%d wall_us=%d n=%d self_ticks=%d"):format(c1 - c0, (t1 - t0) * 1e6, n, s1 - s0))
+    local r1, w1 = syscalls(pid)
+    print(("ticks=%d wall_us=%d n=%d self_ticks=%d etcd_syscr=%d etcd_syscw=%d"):format(
+      c1 - c0, (t1 - t0) * 1e6, n, s1 - s0, r1 - r0, w1 - w0))
   end, rate > 0)
 end)

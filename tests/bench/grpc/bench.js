@@ -7,9 +7,10 @@
 // tests/bench/etcd-transport.lua (see there), through etcd3's raw KV client
 // (client.kv.txn / client.kv.range: the request objects of etcd's
 // rpc.proto, which nest txns as request_txn, which etcd3's high-level
-// builder cannot). Prints "ticks=.. wall_us=.. n=.. self_ticks=..", etcd's
-// utime+stime from /proc/ETCD_PID/stat and this process's (every thread)
-// from /proc/self/stat around the N requests only.
+// builder cannot). Prints "ticks=.. wall_us=.. n=.. self_ticks=..
+// etcd_syscr=.. etcd_syscw=..", etcd's utime+stime from /proc/ETCD_PID/stat,
+// its read and write system calls from /proc/ETCD_PID/io and this process's
+// CPU (every thread) from /proc/self/stat around the N requests only.
 'use strict';
 const fs = require('fs');
 const { Etcd3 } = require('etcd3');
@@ -33,6 +34,12 @@ function ticks(p) {
   const s = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
   const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
   return Number(f[11]) + Number(f[12]);
+}
+
+// read and write system calls of a process (syscr, syscw of /proc/PID/io)
+function syscalls(p) {
+  const s = fs.readFileSync(`/proc/${p}/io`, 'utf8');
+  return [Number(/syscr: (\d+)/.exec(s)[1]), Number(/syscw: (\d+)/.exec(s)[1])];
 }
 
 async function main() {
@@ -87,10 +94,13 @@ async function main() {
     await Promise.all(Array.from({ length: conc }, worker));
   }
   await run(4 * conc);
+  const [r0, w0] = syscalls(pid);
   const t0 = process.hrtime.bigint(), c0 = ticks(pid), s0 = ticks('self');
   await run(n, rate > 0);
   const t1 = process.hrtime.bigint(), c1 = ticks(pid), s1 = ticks('self');
-  console.log(`ticks=${c1 - c0} wall_us=${(t1 - t0) / 1000n} n=${n} self_ticks=${s1 - s0}`);
+  const [r1, w1] = syscalls(pid);
+  console.log(`ticks=${c1 - c0} wall_us=${(t1 - t0) / 1000n} n=${n} self_ticks=${s1 - s0} ` +
+    `etcd_syscr=${r1 - r0} etcd_syscw=${w1 - w0}`);
   client.close();
 }
 
