@@ -289,9 +289,14 @@ end
 ---------------------------------------------------------------------------
 -- 5. still executing after the claim was gone (and the pause allowance)
 
+-- The pause of node during which, or within PAUSE_GRACE after which, a
+-- claim of it was gone at m. A claim that etcd let go just after SIGCONT
+-- had outlived the node's own fence deadline (which comes a margin before
+-- etcd's expiry) while the node was stopped: the node fences itself only
+-- once it runs again, so the same allowance holds.
 local function pause_covering(node, m)
   for _, p in ipairs(pauses) do
-    if p.node == node and p.from <= m and m <= p.to then return p end
+    if p.node == node and p.from <= m and m <= p.to + PAUSE_GRACE then return p end
   end
 end
 
@@ -306,7 +311,10 @@ for _, E in ipairs(ex_list) do
   local worst, nlate, tol = nil, 0, 0
   for _, l in ipairs(E.lines) do
     local late = gone and l.mono > gone + LATE
-    if late and pz and l.mono <= pz.to + PAUSE_GRACE then
+    -- (a stopped node's lines after its claim went, up to PAUSE_GRACE
+    -- after SIGCONT, count neither as stale nor as overlapping the next
+    -- attempt: LATE's slack is for a running node's reaction time)
+    if gone and l.mono > gone and pz and l.mono <= pz.to + PAUSE_GRACE then
       tol = tol + 1
     else
       if l.mono > E.eff_last then E.eff_last = l.mono end
