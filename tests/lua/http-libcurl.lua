@@ -9,11 +9,7 @@ local files = require "lib.files"
 local ep = (os.getenv("BATON_ENDPOINTS") or ""):match("^[^,]+")
 if not ep then return T.skip_all("BATON_ENDPOINTS is not set") end
 
-local function mapped(lib)
-  local maps = files.read("/proc/self/maps")
-  if not maps then return nil end
-  return maps:find(lib, 1, true) ~= nil
-end
+local mapped = files.mapped
 
 if mapped("libc.so") == nil then
   return T.skip_all("no /proc/self/maps here")

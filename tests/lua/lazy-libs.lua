@@ -9,11 +9,7 @@
 local T = require "tap"
 local files = require "lib.files"
 
-local function mapped(lib)
-  local maps = files.read("/proc/self/maps")
-  if not maps then return nil end
-  return maps:find(lib, 1, true) ~= nil
-end
+local mapped = files.mapped
 
 if mapped("libc.so") == nil then
   return T.skip_all("no /proc/self/maps here")

@@ -1,4 +1,5 @@
--- Files for tests: write a whole file, read one back (nil if missing).
+-- Files for tests: write a whole file, read one back (nil if missing), and
+-- whether a shared object is mapped into this process.
 local M = {}
 
 function M.write(path, s)
@@ -13,6 +14,14 @@ function M.read(path)
   local s = f:read("*a")
   f:close()
   return s
+end
+
+-- Whether this process has a shared object whose path contains lib
+-- mapped (/proc/self/maps); nil where there is no such file.
+function M.mapped(lib)
+  local maps = M.read("/proc/self/maps")
+  if not maps then return nil end
+  return maps:find(lib, 1, true) ~= nil
 end
 
 return M
