@@ -374,24 +374,27 @@ static void test_decode_errors(void) {
 }
 
 /* levels nested ResponseOps and TxnResponses (a txn in a txn in ...),
- * built inside out; returns the bytes of the outer one. */
+ * built inside out, each level's header written in front of the bytes so
+ * far (from the end of one buffer: linear, where copying the inner bytes
+ * at every level took 90 s for a million levels); returns the bytes of the
+ * outer one, in a buffer of their own. */
 static uint8_t *nested(int levels, size_t *len) {
   size_t cap = (size_t) levels * 12 + 16, n = 0;
-  uint8_t *buf = malloc(cap), *tmp = malloc(cap), *t;
+  uint8_t *buf = malloc(cap), *out;
   for (int i = 0; i + 1 < levels; i++) {
     uint8_t hdr[12];
     size_t h = 0, v = n;
     hdr[h++] = i % 2 == 0 ? 0x22 : 0x1a;  /* response_txn = 4, responses = 3 */
     while (v >= 0x80) { hdr[h++] = (uint8_t) (v | 0x80); v >>= 7; }
     hdr[h++] = (uint8_t) v;
-    memcpy(tmp, hdr, h);
-    memcpy(tmp + h, buf, n);
+    memcpy(buf + cap - n - h, hdr, h);
     n += h;
-    t = buf; buf = tmp; tmp = t;
   }
-  free(tmp);
+  out = malloc(n ? n : 1);
+  memcpy(out, buf + cap - n, n);
+  free(buf);
   *len = n;
-  return buf;
+  return out;
 }
 
 /* protobuf-c's unpack recursed past the stack on deep nesting (a crash at
