@@ -24,4 +24,24 @@ function M.mapped(lib)
   return maps:find(lib, 1, true) ~= nil
 end
 
+-- Runs `$BATON_BIN eval SCRIPT ARGS...` where the shared objects named in
+-- libs cannot be loaded: files that are not shared objects, found first
+-- through LD_LIBRARY_PATH. Returns the first two lines of its output and
+-- the baton.exec result; nil when BATON_BIN is not set.
+function M.eval_without(libs, script, ...)
+  local bin = os.getenv("BATON_BIN")
+  if not bin or bin == "" then return nil end
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(baton.exec{"mkdir", "-p", dir})
+  for _, lib in ipairs(libs) do M.write(dir .. "/" .. lib, "not a library\n") end
+  M.write(dir .. "/t.lua", script)
+  local argv = {bin, "eval", dir .. "/t.lua", ...}
+  argv.timeout, argv.env = 30, {LD_LIBRARY_PATH = dir}
+  local res = baton.exec(argv)
+  baton.exec{"rm", "-rf", dir}
+  local l1, l2 = (res and res.stdout or ""):match("([^\n]*)\n([^\n]*)")
+  return l1, l2, res
+end
+
 return M
