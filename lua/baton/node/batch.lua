@@ -98,7 +98,9 @@ local function footprint(t)
     return opc + deepest
   end
   local need = walk(t)
-  -- (base64 in the JSON gateway: a third more)
+  -- (a third more than the bytes: what the JSON gateway's base64 cost,
+  -- kept as headroom under etcd's request limit, which gRPC's framing and
+  -- the keys' overhead also count against)
   return { w = w, r = rd, solo = solo, need = need, bytes = bytes * 4 / 3 }
 end
 

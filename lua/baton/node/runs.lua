@@ -317,9 +317,10 @@ function M.claim(self, run, opts)
     compare[#compare + 1] = { key = k.run, target = "create", op = "==", value = 0 }
   end
   -- (P last/<job> is there once a claim of this version of the job has
-  -- succeeded here: it wrote it. Bytes are what etcd's gateway spends its
-  -- time on, so the value is not sent twice after that. A last/ deleted by
-  -- hand comes back when the job is put again.)
+  -- succeeded here: it wrote it. Every byte of a claim goes through etcd's
+  -- raft log, its store and every watcher, so the value is not sent twice
+  -- after that. A last/ deleted by hand comes back when the job is put
+  -- again.)
   local j = self.jobs and self.jobs[run.job]
   local last_known = j and j.last_known
   local last = M.last_op(P, run.job, run.id, rec, last_known)
@@ -340,8 +341,8 @@ function M.claim(self, run, opts)
       -- transaction of its own, made (skip_txn) and sent only when the
       -- claim failed on active/ (the failure branch says which keys were
       -- there): as the claim's failure branch, the skip record went to etcd
-      -- with every claim of such a job, and etcd's JSON gateway spends its
-      -- time on bytes.
+      -- with every claim of such a job, and every byte of a request costs
+      -- etcd.
       failure = what_is_there(k)
       skip = function()
         return skip_txn(self, run, s,
@@ -777,7 +778,7 @@ end
 -- node/queue.lua): "first", or "later" when another node's turn came
 -- first, and mostly it has the run. Then the claims board (node/board.lua)
 -- or, when it does not say, a small read (taken) says so before a claim is
--- sent, which would cost the gateway the whole record to fail. (The read
+-- sent, which would cost etcd the whole record to fail. (The read
 -- comes after the slot, as the claim does: a busy node asks no faster than
 -- it could run.) A node that claims or skips such a run posts it on the
 -- board.
