@@ -34,8 +34,6 @@
 #define ERRLEN 1024
 #define TEXTLEN 400
 
-#define M_WATCH "/etcdserverpb.Watch/Watch"
-#define M_KEEP "/etcdserverpb.Lease/LeaseKeepAlive"
 
 typedef struct conn_s conn_t;
 
@@ -63,11 +61,11 @@ struct bt_etcd_s {
   bt_etcd_keep_t *keeps;
   char *cacert, *cert, *key;
   long timeout_ms, connect_timeout_ms;
+  const bt_etcdpb_method_t *wm, *km; /* Watch's and LeaseKeepAlive's */
   /* the Watch stream */
   bt_grpc_stream_t *ws;
   int ws_ep;
   unsigned ws_gen;
-  uint64_t ws_last;          /* uv_now of its last message */
   int64_t next_wid;
   int64_t *creating;         /* ids of the creates sent, not yet answered */
   size_t ncreating, capcreating;
@@ -94,7 +92,6 @@ struct bt_etcd_call_s {
   int waiting_auth;
   int canceled;
   unsigned gen;              /* token_gen the attempt was sent with */
-  long timeout_ms;
   bt_grpc_stream_t *s;
   cJSON *res;                /* the decoded answer */
   int res_err;               /* the answer did not decode */
@@ -113,20 +110,8 @@ struct bt_etcd_call_s {
 /* internal flags */
 enum { F_NOAUTH = 0x100, F_KEEP = 0x200 };
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...) {
-  va_list ap;
-  if (!msg || !len) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-}
-
 static uint64_t mono_ms(void) {
   return uv_hrtime() / 1000000u;
-}
-
-static int contains(const char *s, const char *needle) {
-  return s && strstr(s, needle) != NULL;
 }
 
 /* Writes what to say when etcd refuses a request for want of
@@ -176,6 +161,8 @@ bt_etcd_t *bt_etcd_new(uv_loop_t *loop, const bt_etcd_opts_t *o, int *err,
   c->cert = dupstr(o->cert);
   c->key = dupstr(o->key);
   c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
+  c->wm = bt_etcdpb_method("/v3/watch");
+  c->km = bt_etcdpb_method("/v3/lease/keepalive");
   c->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 1000;
   uv_timer_init(loop, &c->done_timer);
   c->done_timer.data = c;
@@ -243,7 +230,7 @@ static bt_grpc_conn_t *conn_get(bt_etcd_t *c, int ep, int *err, char *msg,
   cn = calloc(1, sizeof(*cn));
   if (!cn) {
     *err = BT_ENOMEM;
-    set_msg(msg, msglen, "out of memory");
+    bt__etcd_set_msg(msg, msglen, "out of memory");
     return NULL;
   }
   memset(&o, 0, sizeof(o));
@@ -262,7 +249,7 @@ static bt_grpc_conn_t *conn_get(bt_etcd_t *c, int ep, int *err, char *msg,
   text[0] = '\0';
   cn->g = bt_grpc_connect(c->loop, &o, on_conn_event, cn, err, text, sizeof(text));
   if (!cn->g) {
-    set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], text[0] ? text : bt_strerror(*err));
+    bt__etcd_set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], text[0] ? text : bt_strerror(*err));
     free(cn);
     return NULL;
   }
@@ -299,7 +286,7 @@ static int stream_open(bt_etcd_t *c, int ep, const char *path,
   }
   if (err) {
     *s = NULL;
-    set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], bt_strerror(err));
+    bt__etcd_set_msg(msg, msglen, "etcd %s: %s", c->eps[ep], bt_strerror(err));
   }
   return err;
 }
@@ -319,12 +306,6 @@ static const char *const *metadata(bt_etcd_t *c, const char **md, int noauth,
   }
   md[n] = NULL;
   return md;
-}
-
-/* Packs a request in the gateway's JSON form as message d. */
-static int pack(const ProtobufCMessageDescriptor *d, const cJSON *j,
-                uint8_t **out, size_t *len, char *msg, size_t msglen) {
-  return bt_etcdpb_encode(d, j, out, len, msg, msglen);
 }
 
 /* The one-line text of a transport failure: our words, and the
@@ -498,7 +479,7 @@ static int call_send(bt_etcd_call_t *call) {
   call->tried++;
   call->gen = c->token_gen;
   err = stream_open(c, call->ep, call->m->method,
-                    metadata(c, md, call->flags & F_NOAUTH, 0), call->timeout_ms,
+                    metadata(c, md, call->flags & F_NOAUTH, 0), c->timeout_ms,
                     &cbs, call, &call->s, msg, sizeof(msg));
   if (err) {
     call_defer(call, err, msg);
@@ -511,7 +492,7 @@ static int call_send(bt_etcd_call_t *call) {
 }
 
 static int call_start(bt_etcd_t *c, const char *path, const cJSON *body,
-                      int flags, long timeout_ms, bt_etcd_cb cb, void *arg,
+                      int flags, bt_etcd_cb cb, void *arg,
                       bt_etcd_call_t **out) {
   bt_etcd_call_t *call;
   char text[TEXTLEN], msg[ERRLEN];
@@ -523,7 +504,6 @@ static int call_start(bt_etcd_t *c, const char *path, const cJSON *body,
   call->c = c;
   call->flags = flags;
   call->ep = c->cur;
-  call->timeout_ms = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
   call->cb = cb;
   call->arg = arg;
   call->next = c->calls;
@@ -548,7 +528,7 @@ static int call_start(bt_etcd_t *c, const char *path, const cJSON *body,
     }
   }
   text[0] = '\0';
-  err = pack(call->m->req, body, &call->req, &call->len, text, sizeof(text));
+  err = bt_etcdpb_encode(call->m->req, body, &call->req, &call->len, text, sizeof(text));
   if (err) {
     snprintf(msg, sizeof(msg), "etcd request %s: %s", path,
              text[0] ? text : bt_strerror(err));
@@ -560,7 +540,7 @@ static int call_start(bt_etcd_t *c, const char *path, const cJSON *body,
 
 int bt_etcd_call(bt_etcd_t *c, const char *path, const cJSON *body, int flags,
                  bt_etcd_cb cb, void *arg, bt_etcd_call_t **out) {
-  return call_start(c, path, body, flags & BT_ETCD_IDEMPOTENT, 0, cb, arg, out);
+  return call_start(c, path, body, flags & BT_ETCD_IDEMPOTENT, cb, arg, out);
 }
 
 void bt_etcd_call_cancel(bt_etcd_call_t *call) {
@@ -626,7 +606,7 @@ static void auth_start(bt_etcd_t *c) {
   cJSON_AddStringToObject(j, "name", c->user);
   cJSON_AddStringToObject(j, "password", c->password ? c->password : "");
   c->authing = 1;
-  if (call_start(c, "/v3/auth/authenticate", j, F_NOAUTH | BT_ETCD_IDEMPOTENT, 0,
+  if (call_start(c, "/v3/auth/authenticate", j, F_NOAUTH | BT_ETCD_IDEMPOTENT,
                  on_auth, c, NULL))
     c->authing = 0;
   cJSON_Delete(j);
@@ -648,8 +628,8 @@ struct bt_etcd_watch_s {
   int connects;
   int failures;               /* consecutive failed attempts */
   int64_t id;                 /* watch_id on the Watch stream */
-  int state;                  /* W_OFF, W_CREATING, W_ON */
-  int ep;
+  int state;                  /* W_OFF, W_CREATING, W_ON: while not
+                                 off, it is on c->ws (endpoint ws_ep) */
   int waiting_auth;
   int reauthed;
   int stopping;
@@ -699,13 +679,13 @@ static void watch_maybe_close(bt_etcd_watch_t *w) {
 
 /* Sends a request on the Watch stream (JSON in the gateway's form). */
 static int ws_send(bt_etcd_t *c, const cJSON *req) {
-  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/watch");
+  const bt_etcdpb_method_t *m = c->wm;
   uint8_t *buf;
   size_t len;
   char text[TEXTLEN];
   int err;
   if (!c->ws || !m) return BT_ECLOSED;
-  err = pack(m->req, req, &buf, &len, text, sizeof(text));
+  err = bt_etcdpb_encode(m->req, req, &buf, &len, text, sizeof(text));
   if (err) return err;
   err = bt_grpc_send(c->ws, buf, len, 0);
   free(buf);
@@ -748,7 +728,7 @@ static void on_watch_timer(uv_timer_t *t) {
                      (uint64_t) w->idle_ms - (now - w->last_data), 0);
       return;
     }
-    snprintf(msg, sizeof(msg), "etcd %s: watch silent for %.1f s", c->eps[w->ep],
+    snprintf(msg, sizeof(msg), "etcd %s: watch silent for %.1f s", c->eps[c->ws_ep],
              (double) (now - w->last_data) / 1000.0);
     if (c->ws && c->cur != c->ws_ep) {
       /* The client moved elsewhere (calls failed there): the member is
@@ -820,41 +800,38 @@ static int ws_response(bt_etcd_t *c, cJSON *j) {
   w->last_data = uv_now(c->loop);
   if (r.canceled) {
     const char *reason = r.cancel_reason;
+    int refusal;
     if (r.compact_revision > 0) {
       snprintf(msg, sizeof(msg), "etcd %s: watch from revision %lld: required "
                "revision has been compacted (compact revision %lld)",
-               c->eps[w->ep], (long long) w->next_rev,
+               c->eps[c->ws_ep], (long long) w->next_rev,
                (long long) r.compact_revision);
       w->state = W_OFF;
       watch_deliver(w, BT_WATCH_COMPACTED, BT_ECOMPACTED, NULL,
                     r.compact_revision, msg);
       watch_stop(w);
-    } else if (contains(reason, "Unauthenticated") || contains(reason, "auth") ||
-               contains(reason, "user name is empty") ||
-               contains(reason, "permission denied")) {
-      if (c->user && !w->reauthed && !contains(reason, "permission denied")) {
+    } else if ((refusal = bt__etcd_refusal(reason)) != 0) {
+      if (c->user && !w->reauthed && refusal == BT_EAUTH) {
         /* The stream's token is no longer good: authenticate again and
          * re-open the stream with the new one. */
         w->reauthed = 1;
         auth_invalidate(c, c->ws_gen);
-        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[w->ep], reason);
+        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[c->ws_ep], reason);
         ws_failed(c, BT_EAUTH, msg, 0);
         return 0;
       } else {
         char text[TEXTLEN];
         if (!c->user) no_user_text(c, text, sizeof(text));
-        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[w->ep],
-                 c->user || contains(reason, "permission denied") ? reason : text);
+        snprintf(msg, sizeof(msg), "etcd %s: watch refused: %s", c->eps[c->ws_ep],
+                 c->user || refusal == BT_EACCES ? reason : text);
         w->state = W_OFF;
-        watch_deliver(w, BT_WATCH_ERROR,
-                      contains(reason, "permission") ? BT_EACCES : BT_EAUTH,
-                      NULL, 0, msg);
+        watch_deliver(w, BT_WATCH_ERROR, refusal, NULL, 0, msg);
         watch_stop(w);
       }
     } else {
       /* Cancelled for another reason (the member is going away, say):
        * create it again. */
-      snprintf(msg, sizeof(msg), "etcd %s: watch cancelled: %s", c->eps[w->ep],
+      snprintf(msg, sizeof(msg), "etcd %s: watch cancelled: %s", c->eps[c->ws_ep],
                reason[0] ? reason : "no reason given");
       watch_off(w);
       watch_retry(w, BT_ECONNRESET, msg);
@@ -905,13 +882,12 @@ static int ws_response(bt_etcd_t *c, cJSON *j) {
 static void on_ws_message(bt_grpc_stream_t *s, const uint8_t *p, size_t len,
                           void *arg) {
   bt_etcd_t *c = arg;
-  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/watch");
+  const bt_etcdpb_method_t *m = c->wm;
   cJSON *j;
   int err = 0, drop;
   char msg[ERRLEN];
 
   if (s != c->ws) return;
-  c->ws_last = uv_now(c->loop);
   j = bt_etcdpb_decode(m->res, p, len, &err);
   drop = !j || ws_response(c, j);
   cJSON_Delete(j);
@@ -981,12 +957,11 @@ static int ws_open(bt_etcd_t *c, char *msg, size_t msglen) {
     auth_start(c);
     return 1;
   }
-  err = stream_open(c, c->cur, M_WATCH, metadata(c, md, 0, 1), 0, &cbs, c, &c->ws,
+  err = stream_open(c, c->cur, c->wm->method, metadata(c, md, 0, 1), 0, &cbs, c, &c->ws,
                     msg, msglen);
   if (err) return err;
   c->ws_ep = c->cur;
   c->ws_gen = c->token_gen;
-  c->ws_last = uv_now(c->loop);
   c->ncreating = 0;
   return 0;
 }
@@ -1019,7 +994,6 @@ static void watch_connect(bt_etcd_watch_t *w) {
     c->capcreating = cap;
   }
   w->id = ++c->next_wid;
-  w->ep = c->ws_ep;
   j = cJSON_CreateObject();
   cr = cJSON_AddObjectToObject(j, "create_request");
   cJSON_AddStringToObject(cr, "key", w->key);
@@ -1264,7 +1238,7 @@ static void on_ks_timer(uv_timer_t *t) {
 static void on_ks_message(bt_grpc_stream_t *s, const uint8_t *p, size_t len,
                           void *arg) {
   bt_etcd_t *c = arg;
-  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/lease/keepalive");
+  const bt_etcdpb_method_t *m = c->km;
   bt_etcd_keep_t *k, *next;
   bt_etcd_call_t *call;
   int64_t id = 0, ttl = 0;
@@ -1362,7 +1336,7 @@ static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
     auth_start(c);
     return 1;
   }
-  err = stream_open(c, c->cur, M_KEEP, metadata(c, md, 0, 1), 0, &cbs, c, &c->ks,
+  err = stream_open(c, c->cur, c->km->method, metadata(c, md, 0, 1), 0, &cbs, c, &c->ks,
                     msg, msglen);
   if (err) return err;
   c->ks_ep = c->cur;
@@ -1372,7 +1346,7 @@ static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
 
 /* Sends one renewal of lease id; 0, 1 (waiting for a token) or BT_E*. */
 static int ks_renew(bt_etcd_t *c, int64_t id, char *msg, size_t msglen) {
-  const bt_etcdpb_method_t *m = bt_etcdpb_method("/v3/lease/keepalive");
+  const bt_etcdpb_method_t *m = c->km;
   cJSON *j;
   uint8_t *buf = NULL;
   size_t len;
@@ -1385,11 +1359,11 @@ static int ks_renew(bt_etcd_t *c, int64_t id, char *msg, size_t msglen) {
     cJSON_Delete(j);
     return BT_ENOMEM;
   }
-  err = pack(m->req, j, &buf, &len, msg, msglen);
+  err = bt_etcdpb_encode(m->req, j, &buf, &len, msg, msglen);
   cJSON_Delete(j);
   if (!err) err = bt_grpc_send(c->ks, buf, len, 0);
   free(buf);
-  if (err) set_msg(msg, msglen, "etcd %s: keepalive: %s", c->eps[c->ks_ep], bt_strerror(err));
+  if (err) bt__etcd_set_msg(msg, msglen, "etcd %s: keepalive: %s", c->eps[c->ks_ep], bt_strerror(err));
   return err;
 }
 
@@ -1410,7 +1384,7 @@ static int keep_call_send(bt_etcd_call_t *call) {
   }
   call->ep = c->ks_ep;
   call->on_ks = 1;
-  call->ks_deadline = mono_ms() + (uint64_t) call->timeout_ms;
+  call->ks_deadline = mono_ms() + (uint64_t) c->timeout_ms;
   ks_timer_arm(c);
   return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * Inside the etcd client: the pure core of the Watch stream's
- * demultiplexer, apart from the watches it drives, so that it can be
- * unit-tested and fuzzed (fuzz/etcd_fuzz.c) without a server.
+ * demultiplexer and of reading etcd's errors, apart from the client, so
+ * that they can be unit-tested and fuzzed (fuzz/etcd_fuzz.c) without a
+ * server (etcd_pure.c).
  */
 #ifndef BATON_ETCD_INT_H
 #define BATON_ETCD_INT_H
@@ -25,5 +26,21 @@ typedef struct {
  * 0..INT64_MAX-1 (so that revision + 1 is always one). A malformed
  * revision string reads as 0, as bt_etcd_int64 leaves it. */
 int bt__etcd_watch_res(const cJSON *j, bt__watch_res_t *r);
+
+/** What etcd's words say of a refusal: BT_EACCES (permission denied),
+ * BT_EAUTH (who the client is: a missing, wrong or expired token or
+ * password), or 0 for neither. One list for a call's grpc-message and a
+ * watch's cancel_reason. */
+int bt__etcd_refusal(const char *text);
+
+/** snprintf into msg (msglen bytes; nothing when msg is NULL). */
+void bt__etcd_set_msg(char *msg, size_t msglen, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+
+/** 1 when s (may be NULL) contains needle. */
+int bt__etcd_contains(const char *s, const char *needle);
 
 #endif

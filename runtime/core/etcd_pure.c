@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void set_msg(char *msg, size_t len, const char *fmt, ...) {
+void bt__etcd_set_msg(char *msg, size_t len, const char *fmt, ...) {
   va_list ap;
   if (!msg || !len) return;
   va_start(ap, fmt);
@@ -47,8 +47,19 @@ int bt_etcd_int64(const cJSON *obj, const char *name, int64_t *out) {
   return BT_EPROTO;
 }
 
-static int contains(const char *s, const char *needle) {
+int bt__etcd_contains(const char *s, const char *needle) {
   return s && strstr(s, needle) != NULL;
+}
+
+int bt__etcd_refusal(const char *text) {
+  if (bt__etcd_contains(text, "permission denied")) return BT_EACCES;
+  if (bt__etcd_contains(text, "authentication failed") ||
+      bt__etcd_contains(text, "invalid auth token") ||
+      bt__etcd_contains(text, "user name is empty") ||
+      bt__etcd_contains(text, "revision of auth store is old") ||
+      bt__etcd_contains(text, "Unauthenticated") || bt__etcd_contains(text, "auth"))
+    return BT_EAUTH;
+  return 0;
 }
 
 int bt_etcd_map_status(int status, const char *message, char *msg,
@@ -57,26 +68,23 @@ int bt_etcd_map_status(int status, const char *message, char *msg,
   int err;
 
   if (!text) text = status == 0 ? "malformed response" : "etcd error without a message";
-  if (contains(text, "compacted")) err = BT_ECOMPACTED;
-  else if (contains(text, "future revision")) err = BT_EFUTUREREV;
-  else if (contains(text, "lease not found")) err = BT_ENOLEASE;
-  else if (contains(text, "too large") || contains(text, "too many operations") ||
-           contains(text, "larger than max"))
+  if (bt__etcd_contains(text, "compacted")) err = BT_ECOMPACTED;
+  else if (bt__etcd_contains(text, "future revision")) err = BT_EFUTUREREV;
+  else if (bt__etcd_contains(text, "lease not found")) err = BT_ENOLEASE;
+  else if (bt__etcd_contains(text, "too large") || bt__etcd_contains(text, "too many operations") ||
+           bt__etcd_contains(text, "larger than max"))
     err = BT_ETOOLARGE;
-  else if (contains(text, "space exceeded")) err = BT_ENOSPACE;
-  else if (contains(text, "no leader") || contains(text, "leader changed"))
+  else if (bt__etcd_contains(text, "space exceeded")) err = BT_ENOSPACE;
+  else if (bt__etcd_contains(text, "no leader") || bt__etcd_contains(text, "leader changed"))
     err = BT_ENOLEADER;
-  else if (status == 7 || contains(text, "permission denied")) err = BT_EACCES;
-  else if (status == 16 || contains(text, "authentication failed")
-           || contains(text, "invalid auth token") || contains(text, "user name is empty")
-           || contains(text, "revision of auth store is old"))
-    err = BT_EAUTH;
-  else if (status == 4 || contains(text, "timed out")) err = BT_ETIMEDOUT;
+  else if (status == 7 || bt__etcd_refusal(text) == BT_EACCES) err = BT_EACCES;
+  else if (status == 16 || bt__etcd_refusal(text) == BT_EAUTH) err = BT_EAUTH;
+  else if (status == 4 || bt__etcd_contains(text, "timed out")) err = BT_ETIMEDOUT;
   else if (status == 14) err = BT_EUNAVAIL;
   else if (status == 3) err = BT_EINVAL;
   else if (status == 0) err = BT_EPROTO;
   else err = BT_EETCD;
-  set_msg(msg, msglen, "%s", text);
+  bt__etcd_set_msg(msg, msglen, "%s", text);
   return err;
 }
 
@@ -132,7 +140,7 @@ int bt_etcd_parse_endpoints(const char *list, char ***out, char *msg,
       eps = ne;
       if ((len < 7 || strncmp(p, "http://", 7)) &&
           (len < 8 || strncmp(p, "https://", 8))) {
-        set_msg(msg, msglen, "endpoint \"%.*s\" is not an http:// or https:// URL",
+        bt__etcd_set_msg(msg, msglen, "endpoint \"%.*s\" is not an http:// or https:// URL",
                 (int) len, p);
         goto fail;
       }
@@ -142,7 +150,7 @@ int bt_etcd_parse_endpoints(const char *list, char ***out, char *msg,
       s[len] = '\0';
       eps[n++] = s;
       if (!bt_http_url_ok(s)) {
-        set_msg(msg, msglen, "endpoint \"%s\" is not a valid URL (host, or "
+        bt__etcd_set_msg(msg, msglen, "endpoint \"%s\" is not a valid URL (host, or "
                 "port 1-65535)", s);
         goto fail;
       }
@@ -150,7 +158,7 @@ int bt_etcd_parse_endpoints(const char *list, char ***out, char *msg,
     p += e ? (size_t) (e - p) + 1 : strlen(p);
   }
   if (!n) {
-    set_msg(msg, msglen, "no etcd endpoint given");
+    bt__etcd_set_msg(msg, msglen, "no etcd endpoint given");
     free(eps);
     return 0;
   }

@@ -219,6 +219,25 @@ static void test_map_status(void) {
   is_int(bt_etcd_map_status(9, "x", NULL, 0), BT_EETCD, "no buffer for the message");
 }
 
+/* One list of etcd's refusals, for calls (bt_etcd_map_status) and for a
+ * watch's cancel_reason alike. */
+static void test_refusal(void) {
+  char msg[128];
+  is_int(bt__etcd_refusal("etcdserver: permission denied"), BT_EACCES, "refusal: permission denied");
+  is_int(bt__etcd_refusal("etcdserver: invalid auth token"), BT_EAUTH, "refusal: invalid auth token");
+  is_int(bt__etcd_refusal("etcdserver: user name is empty"), BT_EAUTH, "refusal: no user");
+  is_int(bt__etcd_refusal("etcdserver: revision of auth store is old"), BT_EAUTH,
+         "refusal: auth store moved on");
+  is_int(bt__etcd_refusal("rpc error: code = Unauthenticated"), BT_EAUTH, "refusal: Unauthenticated");
+  is_int(bt__etcd_refusal("etcdserver: no leader"), 0, "not a refusal: no leader");
+  is_int(bt__etcd_refusal(""), 0, "not a refusal: nothing said");
+  is_int(bt__etcd_refusal(NULL), 0, "not a refusal: no text");
+  is_int(bt_etcd_map_status(2, "etcdserver: permission denied", msg, sizeof(msg)), BT_EACCES,
+         "a call refused with the watch's words: the same code");
+  is_int(bt_etcd_map_status(2, "etcdserver: authentication is not enabled", msg, sizeof(msg)),
+         BT_EAUTH, "auth words in a call: EAUTH, as a watch reads them");
+}
+
 int main(void) {
   test_b64();
   test_int64();
@@ -226,5 +245,6 @@ int main(void) {
   test_endpoints();
   test_map_status();
   test_watch_res();
+  test_refusal();
   return tap_done();
 }
