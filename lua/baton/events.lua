@@ -318,9 +318,11 @@ function M.misfires(self, horizon, now)
       local missed = {}
       for _, kv in ipairs(j and r.responses[k - i + 1].kvs or {}) do
         local ok, req = pcall(json.decode, kv.value)
-        if ok and type(req) == "table" and req.reason == "event" and type(req.fire) == "number"
+        local _, id = keys.split(P, "pending", kv.key)
+        -- (a pending/<job>/ key with no id is no request baton wrote)
+        if id and ok and type(req) == "table" and req.reason == "event" and type(req.fire) == "number"
            and (j.paused or req.fire <= horizon) then
-          missed[#missed + 1] = { id = select(2, keys.split(P, "pending", kv.key)), mod = kv.mod_revision, req = req }
+          missed[#missed + 1] = { id = id, mod = kv.mod_revision, req = req }
         end
       end
       if #missed > 0 then M.settle(self, name, j, missed, now) end

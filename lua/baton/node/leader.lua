@@ -459,14 +459,16 @@ M.PRUNE_SWEEP, M.PRUNE_TXN = 30, 128
 
 local function prune_job(self, name, count)
   local P, e, keep = self.P, self.e, self.history
-  local r = e:get(keys.dir(P, "runs", name), { prefix = true, keys_only = true, sort = "key",
-                                                   limit = count - keep })
+  local dir = keys.dir(P, "runs", name)
+  local r = e:get(dir, { prefix = true, keys_only = true, sort = "key", limit = count - keep })
   if not r then return end
   local n = math.min(#r.kvs, r.count - keep)
   local ops = {}
   for i = 1, n do
     local key = r.kvs[i].key
-    local _, id = keys.split(P, "runs", key)
+    -- (the id as it is, "" for a stray runs/<job>/ key: it counts towards
+    -- the history and goes like any record)
+    local id = keys.under(dir, key)
     ops[#ops + 1] = { txn = {
       compare = { { key = keys.key(P, "inflight", name, id), target = "create", op = "==", value = 0 } },
       success = { { delete = { key = key } },
