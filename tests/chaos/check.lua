@@ -289,14 +289,19 @@ end
 ---------------------------------------------------------------------------
 -- 5. still executing after the claim was gone (and the pause allowance)
 
--- The pause of node during which, or within PAUSE_GRACE after which, a
--- claim of it was gone at m. A claim that etcd let go just after SIGCONT
--- had outlived the node's own fence deadline (which comes a margin before
--- etcd's expiry) while the node was stopped: the node fences itself only
--- once it runs again, so the same allowance holds.
+-- The node's fence margin (runtime/core/etcd.c, keep_margin): its runs are
+-- fenced that long before etcd can let its lease go.
+local FENCE_MARGIN = math.min(2, math.max(0.2, TTL / 6))
+
+-- The pause of node during which a claim of it was gone at m, or less than
+-- the fence margin after its SIGCONT: etcd let that claim go at m, so the
+-- node's own fence deadline had passed by m - FENCE_MARGIN, while it was
+-- still stopped; it fences itself only once it runs again, so the same
+-- allowance holds. A claim gone later than that was the running node's to
+-- fence, and its lines after it are not forgiven.
 local function pause_covering(node, m)
   for _, p in ipairs(pauses) do
-    if p.node == node and p.from <= m and m <= p.to + PAUSE_GRACE then return p end
+    if p.node == node and p.from <= m and m <= p.to + FENCE_MARGIN then return p end
   end
 end
 
@@ -665,11 +670,25 @@ end
 -- fault) or, when etcd elected a leader meanwhile (a new
 -- leader gives every lease its full TTL again, plus the election timeout),
 -- within TTL + election timeout + 1 s of the last election.
+-- The attempt after n of rec when it was a refusal: a poisoned queue task
+-- (a NUL byte) is never executed, the node that takes it over refuses it
+-- (rule 10), so its claim is when the failover happened.
+local function refused_after(rec, n)
+  for _, b in ipairs(rec.attempts or {}) do
+    if b.attempt == n + 1 and b.state == "failed" and tostring(b.error):find("NUL byte", 1, true) then
+      return b
+    end
+  end
+end
+
 local unexplained, slowest = 0, nil
 for key, rec in pairs(records) do
   for _, a in ipairs(rec.attempts or {}) do
     if a.state == "lost" then
       local Ea, En = exec_of(key, a.attempt), exec_of(key, a.attempt + 1)
+      local refused = not En and refused_after(rec, a.attempt)
+      local made_n = refused and refused.fence and marker_made[fk(key, refused.fence)]
+      if made_n then En = { begin = made_n, key = key, fence = refused.fence, node = refused.node } end
       -- (each attempt is claimed with a new marker: the n-th is attempt n)
       local F = Ea and Ea.fence or marker_of[key .. "#" .. tostring(a.attempt)]
         or (markers_by_key[key] or {})[a.attempt]
@@ -718,13 +737,6 @@ for key, rec in pairs(records) do
         end
       elseif not En and rec.state ~= "abandoned" then
         local fire = epoch_of(key:match("/(.+)$") or "")
-        -- A poisoned queue task (a NUL byte) is never executed: its next
-        -- attempt is the node that took it over refusing it (rule 10).
-        local refused
-        for _, b in ipairs(rec.attempts or {}) do
-          if b.attempt == a.attempt + 1 and b.state == "failed"
-             and tostring(b.error):find("NUL byte", 1, true) then refused = true end
-        end
         if not refused and (not fire or fire <= rto) then
           violation("failover", "%s attempt %d on %s recorded lost, but no attempt %d ever executed "
             .. "(record state %s)", key, a.attempt, tostring(a.node), a.attempt + 1, tostring(rec.state))
