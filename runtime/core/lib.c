@@ -29,7 +29,7 @@ typedef struct {
 } entry_t;
 
 /* This process's library: the blob (malloc'd, or mapped from a node's
- * memfd), its index, and its directory. */
+ * memfd or from DIR.pack), its index, and its directory. */
 static const char *blob;
 static size_t blob_len;
 static entry_t *entries;
@@ -159,8 +159,6 @@ static int add_file(buf_t *b, const char *path, const char *rel, off_t size,
   return 0;
 }
 
-/* Adds every file below root/rel (rel "" for root itself), skipping names
- * that start with a dot. */
 /* A pack's index, as the reader checks it against the directory. */
 typedef struct {
   const char *p, *end;   /* its "SIZE MTIME REL\n" lines */
@@ -279,6 +277,10 @@ int bt_lib_write_pack(const char *src, const char *dir, const char *version,
     snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     goto done;
   }
+  /* Readable by every user as the library's files are, whatever the
+   * umask (a root install under umask 077 would otherwise ship a pack the
+   * service's user cannot open, and lose the speed-up unnoticed). */
+  (void) fchmod(fileno(f), 0644);
   ok = fputs(head, f) >= 0 && fwrite(idx.p, 1, idx.n, f) == idx.n &&
        fwrite(b.p, 1, b.n, f) == b.n;
   ok = (fclose(f) == 0) && ok;
@@ -403,7 +405,12 @@ static int map_pack(const char *dir, const char *version) {
 
   snprintf(path, sizeof(path), "%s.pack", dir);
   if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
-  if (fstat(fd, &st) < 0 || st.st_size <= (off_t) strlen(PACK_MAGIC) ||
+  /* Only a pack its own user or root wrote, that nobody else may change:
+   * anyone who can create files beside the library must not be able to
+   * plant code in it (the checks below look at the files' sizes and times
+   * only). */
+  if (fstat(fd, &st) < 0 || (st.st_uid != geteuid() && st.st_uid != 0) ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_size <= (off_t) strlen(PACK_MAGIC) ||
       (m = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
     close(fd);
     return -1;
@@ -425,10 +432,12 @@ static int map_pack(const char *dir, const char *version) {
     p = nl + 1;
   }
   ck.end = p;
-  if (walk(NULL, NULL, &ck, dir, "", 0, e0, sizeof(e0)) || ck.stale || ck.seen != ck.count)
-    goto no;
+  /* The cheap checks first (another version's pack, another directory's),
+   * then a stat of every file of the directory against the index. */
   if (parse(p, (size_t) (end - p), &ver, &verlen) || verlen != strlen(version) ||
       memcmp(ver, version, verlen) || strcmp(lib_dir, dir))
+    goto no;
+  if (walk(NULL, NULL, &ck, dir, "", 0, e0, sizeof(e0)) || ck.stale || ck.seen != ck.count)
     goto no;
   blob = p;
   blob_len = (size_t) (end - p);

@@ -12,10 +12,7 @@ if not bin or bin == "" or not root then
   return T.skip_all("BATON_BIN and BATON_ROOT are not set")
 end
 
-local function mapped(lib)
-  local maps = files.read("/proc/self/maps")
-  return maps ~= nil and maps:find(lib, 1, true) ~= nil
-end
+local mapped = files.mapped
 -- This process: the tree's library, packed by make.
 T.ok(mapped(root .. "/lua.pack"), "a baton of the tree maps " .. root .. "/lua.pack")
 
@@ -72,6 +69,22 @@ files.write(lua .. ".pack", p:sub(1, math.floor(#p / 2)))
 T.is(run(), "two\tfalse\t-", "nor a truncated one")
 files.write(lua .. ".pack", "baton-pack 1\nnonsense\n")
 T.is(run(), "two\tfalse\t-", "nor one that is not a pack")
+
+-- Whose pack: one that other users may write is not used (anyone who can
+-- create files beside the library must not plant code in it), and the
+-- pack is readable by all whatever the umask it was made under.
+T.ok(pack(), "packed again")
+T.is(run(), "two\ttrue\t-", "(and mapped)")
+assert(baton.exec{"chmod", "666", lua .. ".pack"})
+T.is(run(), "two\tfalse\t-", "a pack that others may write is not used")
+local um = assert(baton.exec{"sh", "-c", 'umask 077 && exec "$0" _pack-lib "$1" "$1" "$1.pack"', bin, lua})
+T.is(um.code, 0, "packed under umask 077 " .. um.stderr)
+T.is(assert(baton.exec{"stat", "-c", "%a", lua .. ".pack"}).stdout, "644\n",
+     "the pack is readable by all whatever the umask")
+T.is(run(), "two\ttrue\t-", "and mapped")
+-- A pack made for another directory (the directory is in its snapshot).
+assert(baton.exec{bin, "_pack-lib", lua, dir .. "/elsewhere", lua .. ".pack"})
+T.is(run(), "two\tfalse\t-", "a pack made for another directory is not used")
 
 local r = assert(baton.exec{bin, "_pack-lib", dir .. "/nowhere", lua, dir .. "/x.pack"})
 T.is(r.code, 1, "_pack-lib of a missing directory fails")
