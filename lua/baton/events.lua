@@ -187,7 +187,7 @@ end
 -- cannot be read), the triggering run's error, or "". Called by the worker
 -- before an event run's run(ctx), never by the conductor.
 function M.output_tail(e, P, ev)
-  local r = e:get(output.attempt_prefix(P, ev.job, ev.id, ev.attempt), { prefix = true })
+  local r = e:get(keys.output(P, ev.job, ev.id, ev.attempt), { prefix = true })
   return M.tail_of(ev, r and r.kvs or {})
 end
 

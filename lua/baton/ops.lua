@@ -465,7 +465,7 @@ function M.get_run(name, id, opts)
   end
   local r, err, code = e:txn { success = {
     { get = { key = keys.key(U.prefix(), "runs", name, id) } },
-    { get = { key = output.run_prefix(P, name, id), prefix = true } },
+    { get = { key = keys.output(P, name, id), prefix = true } },
   } }
   if not r then return nil, err, code end
   local kv = r.responses[1].kvs[1]
@@ -1162,10 +1162,11 @@ function M.queue_push_many(queue, values, where)
     last_ms = ms
     local compare, success, bytes = {}, {}, 0
     local first = i
+    local dir = keys.dir(U.prefix(), "queue", queue)
     while i <= n and #success < M.PUSH_TXN_OPS do
       local size = 2 * keylen + #values[i] + 64
       if #success > 0 and bytes + size > M.PUSH_TXN_BYTES then break end
-      local key = keys.key(U.prefix(), "queue", queue, format("%013d-%s%08x", ms, salt, counter))
+      local key = dir .. format("%013d-%s%08x", ms, salt, counter)
       counter = counter + 1
       compare[#compare + 1] = { key = key, target = "create", op = "==", value = 0 }
       success[#success + 1] = { put = { key = key, value = values[i] } }

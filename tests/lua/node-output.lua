@@ -7,6 +7,7 @@
 local T = require "tap"
 local N = require "nodes"
 local output = require "baton.node.output"
+local keys = require "baton.keys"
 
 local bin = os.getenv("BATON_BIN") or "bin/baton"
 local eps = os.getenv("BATON_ENDPOINTS")
@@ -71,7 +72,7 @@ for _, kv in ipairs(assert(c.e:get(c.P .. "runs/pruned/", { prefix = true, sort 
 end
 T.is(#pruned_ids, 3, "retention: three runs of pruned")
 local function has_output(job, id)
-  local r = assert(c.e:get(output.run_prefix(c.P, job, id), { prefix = true, count_only = true }))
+  local r = assert(c.e:get(keys.output(c.P, job, id), { prefix = true, count_only = true }))
   return r.count > 0
 end
 local all_kept = true
@@ -292,7 +293,7 @@ do
   local wrong = output.new { P = P, job = "j", id = "x", attempt = 1, marker = mk, fence = fence + 1000 }
   wrong:add { stream = "stdout", text = "from a run that lost its claim" }
   T.is(wrong:flush(), false, "a flush under a fence that is not the marker's fails")
-  T.is(assert(c.e:get(output.run_prefix(P, "j", "x"), { prefix = true, count_only = true })).count, 0,
+  T.is(assert(c.e:get(keys.output(P, "j", "x"), { prefix = true, count_only = true })).count, 0,
        "and writes nothing")
   local right = output.new { P = P, job = "j", id = "x", attempt = 1, marker = mk, fence = fence }
   right:add { stream = "stdout", text = "from the claim's holder" }
@@ -300,7 +301,7 @@ do
   c.e:delete(mk)
   right:add { stream = "stdout", text = "after the marker went" }
   T.is(right:flush(), false, "once the marker is gone, nothing more")
-  local kvs = assert(c.e:get(output.run_prefix(P, "j", "x"), { prefix = true })).kvs
+  local kvs = assert(c.e:get(keys.output(P, "j", "x"), { prefix = true })).kvs
   T.is(#kvs, 1, "one chunk stored")
   T.ok(m and kvs[1] and kvs[1].value:find("claim's holder", 1, true)
        and not kvs[1].value:find("marker went", 1, true), "with only what the holder said")

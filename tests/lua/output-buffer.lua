@@ -5,17 +5,18 @@
 -- Storing and fencing are tested with real nodes in node-output.lua.
 local T = require "tap"
 local output = require "baton.node.output"
+local keys = require "baton.keys"
 local json = baton.json
 
 -- Keys: a run's prefix never covers another run's output.
 local P = "/p/"
 local plain, shard = "2026-11-29T02:00:00Z", "2026-11-29T02:00:00Z/1"
-T.is(output.attempt_prefix(P, "j", plain, 1), "/p/output/j/2026-11-29T02:00:00Z/@1/", "attempt prefix")
-local shard_key = output.attempt_prefix(P, "j", shard, 1) .. "00000001"
-T.is(shard_key:sub(1, #output.run_prefix(P, "j", plain)) == output.run_prefix(P, "j", plain), false,
+T.is(keys.output(P, "j", plain, 1), "/p/output/j/2026-11-29T02:00:00Z/@1/", "attempt prefix")
+local shard_key = keys.output(P, "j", shard, 1) .. "00000001"
+T.is(shard_key:sub(1, #keys.output(P, "j", plain)) == keys.output(P, "j", plain), false,
      "a shard's output is not under the run prefix of its instant")
-T.isnt(output.attempt_prefix(P, "j", plain, 10):sub(1, #output.attempt_prefix(P, "j", plain, 1)),
-       output.attempt_prefix(P, "j", plain, 1), "attempt 10 is not under attempt 1's prefix")
+T.isnt(keys.output(P, "j", plain, 10):sub(1, #keys.output(P, "j", plain, 1)),
+       keys.output(P, "j", plain, 1), "attempt 10 is not under attempt 1's prefix")
 local a, ch = output.parse_key(P, "j", shard, shard_key)
 T.ok(a == 1 and ch == 1, "parse_key: attempt and chunk")
 

@@ -18,6 +18,7 @@ local T = require "tap"
 local N = require "nodes"
 local F = require "files"
 local output = require "baton.node.output"
+local keys = require "baton.keys"
 local U = require "baton.cli.util"
 local json = baton.json
 
@@ -211,7 +212,7 @@ local function run(what)
       if r.id == id and r.state ~= "running" and r.state ~= "retrying" then return r end
     end
   end)
-  local kvs = assert(c.e:get(output.run_prefix(P, "leaky", id or "none"), { prefix = true })).kvs
+  local kvs = assert(c.e:get(keys.output(P, "leaky", id or "none"), { prefix = true })).kvs
   return rec or {}, output.lines(kvs), id
 end
 

@@ -548,7 +548,7 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
     io.stdout:flush()
   end
   local function read(a, at)
-    local r, err = e:get(output.attempt_prefix(P, name, id, a), { prefix = true, revision = at })
+    local r, err = e:get(keys.output(P, name, id, a), { prefix = true, revision = at })
     if not r then return die("logs", name, err) end
     return r.kvs, r.revision
   end
@@ -569,7 +569,7 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
   -- says the run has ended (for good; a retry is followed into its next
   -- attempt unless --attempt was given). The record is written after the
   -- attempt's last chunk, so reading at the record's revision gets them all.
-  local ow, oerr = e:watch(output.run_prefix(P, name, id), { prefix = true, start_revision = rev + 1 })
+  local ow, oerr = e:watch(keys.output(P, name, id), { prefix = true, start_revision = rev + 1 })
   if not ow then return die("logs", name, oerr) end
   local rw, rerr = e:watch(kv.key, { start_revision = rev + 1 })
   if not rw then return die("logs", name, rerr) end

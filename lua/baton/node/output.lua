@@ -48,19 +48,10 @@ M.FINAL_WAIT = 3 -- seconds the last flush may take, etcd failing
 M.LINE_MAX = 4096 -- longer lines are cut into lines of this many bytes
 M.LINE_COST = 48 -- bytes a line counts for besides its text (its JSON fields)
 
--- The prefix of all the output of run id (every attempt).
-function M.run_prefix(P, job, id)
-  return keys.output(P, job, id)
-end
 
--- The prefix of one attempt's output.
-function M.attempt_prefix(P, job, id, attempt)
-  return keys.output(P, job, id, attempt)
-end
-
--- The attempt a key under run_prefix belongs to, and its chunk number.
+-- The attempt a key under keys.output(P, job, id) belongs to, and its chunk number.
 function M.parse_key(P, job, id, key)
-  local rest = keys.under(M.run_prefix(P, job, id), key) or ""
+  local rest = keys.under(keys.output(P, job, id), key) or ""
   local a, c = rest:match("^(%d+)/(%d+)$")
   return tonumber(a), tonumber(c)
 end
@@ -266,7 +257,7 @@ function M.new(o)
     chunks = {}, ch = 1, ct = 0,       -- chunks in etcd, chunks[ch..ct]: {key, bytes}
     sbytes = 0, nchunk = 0, writes = 0,
   }, B)
-  self.prefix = M.attempt_prefix(o.P, o.job, o.id, o.attempt)
+  self.prefix = keys.output(o.P, o.job, o.id, o.attempt)
   if o.capture then self.sink = baton._output_capture(self.cap) end
   return self
 end

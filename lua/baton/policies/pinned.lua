@@ -17,7 +17,6 @@
 -- job's instants are missed and handled by its misfire setting.
 local util = require "baton.policies.util"
 
-local M -- = make {} below
 
 -- The pin among nodes: the named node (if live and eligible), or without
 -- a name the longest-running eligible node. nil if none.
@@ -120,7 +119,7 @@ local function make(opts)
   return P
 end
 
-M = make {}
+local M = make {}
 -- pinned.with{node = "db-1", takeover = 5}: a policy pinned to a named node.
 function M.with(opts)
   if type(opts) ~= "table" then error("pinned.with expects a table {node = name, takeover = seconds}", 2) end

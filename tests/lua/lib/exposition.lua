@@ -2,7 +2,7 @@
 -- what a node's /metrics says and lists what breaks the format, including
 -- what `promtool check metrics` lets pass (a family split in two, a series
 -- twice, buckets out of order or not cumulative, a missing le="+Inf" or
--- one that differs from _count: operator-surface.md section 1).
+-- one that differs from _count; docs/operations.md, "Metrics").
 --
 --   local X = require "exposition"
 --   local fams, problems = X.parse(text)
