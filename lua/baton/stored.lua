@@ -425,10 +425,13 @@ local function proxy(name, kv, r, box, handle)
       if not args then return false, fname .. ": its arguments cannot be sent: " .. tostring(forget) end
       res = box:call { op = "decide", handle = state.handle, fname = fname, args = args, forget = forget,
                        unless = function() return state.failed end }
-      -- (ENOENT: a sandbox that does not know the policy or an argument it
-      -- was sent by number, replaced meanwhile: again, in full)
-      if res.code ~= "ENOENT" then break end
-      state.gen, box.refgen, box.nrefs = -1, box.refgen + 1, 0
+      -- (ENOENT: a sandbox that does not know the policy, replaced
+      -- meanwhile: loaded again, and the arguments sent in full; ESTALE: it
+      -- lacks an argument it was sent by number (a call cancelled before
+      -- the sandbox read it): the arguments sent in full, the policy kept)
+      if res.code ~= "ENOENT" and res.code ~= "ESTALE" then break end
+      if res.code == "ENOENT" then state.gen = -1 end
+      box.refgen, box.nrefs = box.refgen + 1, 0
     end
     if not res.ok then
       if res.code == "ECANCELED" then return false, state.failed end

@@ -86,6 +86,18 @@ stored.MAX_REFS = max
 stored.box("decide"):stop()
 T.is(select(2, policy.call(pol, "claim_delay", { name = "j" }, 7, nodes, { name = "a" })), 9,
   "after the sandbox was replaced: the policy and the tables again")
+-- A table it was told to keep but never got (the call that sent it was
+-- cancelled before the sandbox read it): the arguments are sent again in
+-- full, and the policy stays loaded (its own count goes on).
+local counting = assert(stored.policy("c", kv([[
+local calls = 0
+return { claim_delay = function(job, fire, nodes) calls = calls + 1 return calls end }]]),
+  { file = true, role = "decide" }))
+T.is(select(2, policy.call(counting, "claim_delay", { name = "j" }, 1, nodes)), 1, "a counting policy: 1")
+T.is(select(2, policy.call(counting, "claim_delay", { name = "j" }, 1, nodes)), 2, "2, the nodes by number")
+stored.box("decide").sent[nodes].id = 1e6 -- a number the sandbox never kept
+local ok, v = policy.call(counting, "claim_delay", { name = "j" }, 1, nodes)
+T.is(ok and v, 3, "an argument it lacks: sent again in full, and the policy kept its count")
 local hashed = stored.policy("hashy", kv([[return require "baton.policies.hash"]]), F)
 T.is(hashed, policy.builtin("hash"), "a file that is a built-in, as it is, is that built-in")
 stored.close()

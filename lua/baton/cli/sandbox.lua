@@ -132,7 +132,7 @@ local function decide_args(req)
     local it = a.items[i]
     if type(it) ~= "table" then return nil, "bad arguments" end
     if it.ref then
-      if refs[it.ref] == nil then return nil, "no argument kept as " .. tostring(it.ref), "ENOENT" end
+      if refs[it.ref] == nil then return nil, "no argument kept as " .. tostring(it.ref), "ESTALE" end
       args[i] = refs[it.ref]
     else
       local ok, v = pcall(sandbox.untree, it.v)
