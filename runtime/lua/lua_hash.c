@@ -16,16 +16,11 @@ static int l_sha256(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
   unsigned char md[crypto_hash_sha256_BYTES];
-  char hex[2 * crypto_hash_sha256_BYTES];
-  static const char digits[] = "0123456789abcdef";
-  unsigned int i;
+  char hex[2 * crypto_hash_sha256_BYTES + 1];
   /* Cannot fail: no allocation, no state (sodium_init is not needed). */
   crypto_hash_sha256(md, (const unsigned char *) s, n);
-  for (i = 0; i < sizeof(md); i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  lua_pushlstring(L, hex, sizeof(hex));
+  sodium_bin2hex(hex, sizeof(hex), md, sizeof(md));
+  lua_pushlstring(L, hex, sizeof(hex) - 1);
   return 1;
 }
 
