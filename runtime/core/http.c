@@ -31,11 +31,11 @@
  * once it is closed, its last request freed and its timer closed.
  */
 #include "http.h"
+#include "dl.h"
 #include "err.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +44,7 @@
 
 #define MAX_BODY (512u << 20)   /* a buffered response body, or header block */
 #define ERRTEXT 256             /* a request's error text, NUL included */
-#define NEEDS_CURL "libcurl could not be loaded: "  /* load_error follows */
+#define NEEDS_CURL "libcurl could not be loaded: "  /* curl_dl.error follows */
 
 /* The curl functions used here: name without "curl_", return type, params. */
 #define CURL_FUNCS(XX)                                                        \
@@ -63,16 +63,23 @@
   XX(easy_reset, void, (CURL *))                                              \
   XX(easy_cleanup, void, (CURL *))                                            \
   XX(slist_append, struct curl_slist *, (struct curl_slist *, const char *))  \
-  XX(slist_free_all, void, (struct curl_slist *))
+  XX(slist_free_all, void, (struct curl_slist *))                             \
+  XX(version_info, curl_version_info_data *, (CURLversion))
 
-static struct {
-#define XX(name, ret, params) ret (*name) params;
-  CURL_FUNCS(XX)
+#define XX(name, ret, params) +1
+enum { CURL_NFUNCS = 0 CURL_FUNCS(XX) };
 #undef XX
+
+static union {
+  struct {
+#define XX(name, ret, params) ret (*name) params;
+    CURL_FUNCS(XX)
+#undef XX
+  };
+  void *v[CURL_NFUNCS];
 } cu;
 
-static int loaded;           /* 0 not tried, 1 loaded, -1 failed */
-static char load_error[256]; /* why it failed, kept for later callers */
+static bt_dl_t curl_dl;
 
 /* A growing byte buffer, always NUL-terminated once non-empty. */
 typedef struct {
@@ -152,43 +159,32 @@ typedef struct sock_s {
 } sock_t;
 
 /* Loads libcurl and fills cu, once per process. Returns 0, or -1 with the
- * reason in load_error (the same reason for every later call). */
+ * reason in curl_dl.error (the same reason for every later call).
+ *
+ * A libcurl older than 7.85 is refused: it would take the options this
+ * file sets without a check and ignore those it does not know
+ * (CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR are 7.85's,
+ * CURLOPT_PREREQFUNCTION 7.80's), and then follow a redirect to ftp://. */
 static int load_curl(void) {
-  void *lib;
-  const char *missing = NULL;
-
-  if (loaded) return loaded > 0 ? 0 : -1;
-  lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    /* Report the soname's failure: the fallback is for odd installs only. */
-    const char *e = dlerror();
-    snprintf(load_error, sizeof(load_error), "%s", e ? e : "dlopen failed");
-    lib = dlopen("libcurl.so", RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!lib) {
-    loaded = -1;
-    return -1;
-  }
-#define XX(name, ret, params)                                                 \
-  if (!missing) {                                                             \
-    cu.name = (ret(*) params) dlsym(lib, "curl_" #name);                      \
-    if (!cu.name) missing = "curl_" #name;                                    \
-  }
-  CURL_FUNCS(XX)
+  static const char *const sonames[] = { "libcurl.so.4", "libcurl.so", NULL };
+  static const char *const names[] = {
+#define XX(name, ret, params) "curl_" #name,
+    CURL_FUNCS(XX)
 #undef XX
-  if (missing) {
-    snprintf(load_error, sizeof(load_error), "libcurl has no %s", missing);
-    loaded = -1;
+  };
+  const curl_version_info_data *v;
+
+  if (curl_dl.state) return curl_dl.state > 0 ? 0 : -1;
+  if (bt_dl_load(&curl_dl, sonames, "libcurl", names, cu.v, CURL_NFUNCS))
     return -1;
-  }
+  v = cu.version_info(CURLVERSION_NOW);
+  if (!v || v->version_num < 0x075500)
+    return bt_dl_fail(&curl_dl, "libcurl 7.85 or later is needed, found %s",
+                      v && v->version ? v->version : "an unknown version");
   /* Once per process, never undone: like the library, its global state
    * (TLS) stays for the life of the process. */
-  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    snprintf(load_error, sizeof(load_error), "curl_global_init failed");
-    loaded = -1;
-    return -1;
-  }
-  loaded = 1;
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    return bt_dl_fail(&curl_dl, "curl_global_init failed");
   return 0;
 }
 
@@ -539,7 +535,7 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
     req->unsent = 1;
     snprintf(req->errtext, sizeof(req->errtext), "%s%.*s",
              NEEDS_CURL, (int) (sizeof(req->errtext) - sizeof(NEEDS_CURL)),
-             load_error);
+             curl_dl.error);
     link_req(c, req);
     uv_timer_start(&c->timer, on_timer, 0, 0);
     return 0;
