@@ -123,6 +123,7 @@ struct bt_http_req_s {
   int cancel;              /* cancel requested */
   int finishing;           /* finish() has started */
   int due;                 /* without libcurl: fails on this timer turn */
+  const char *toolarge;    /* what went over MAX_BODY, or NULL */
   char errtext[ERRTEXT];   /* curl's words on a failure (its ERRORBUFFER) */
 };
 
@@ -208,7 +209,8 @@ static int map_curl(CURLcode code) {
   case CURLE_PARTIAL_FILE:
   case CURLE_HTTP2_STREAM: return BT_ECONNRESET;  /* a stream reset */
   case CURLE_OUT_OF_MEMORY: return BT_ENOMEM;
-  case CURLE_WRITE_ERROR: return BT_ETOOLARGE; /* body over MAX_BODY */
+  case CURLE_FILESIZE_EXCEEDED: return BT_ETOOLARGE; /* Content-Length */
+  case CURLE_WRITE_ERROR: return BT_ENOMEM; /* unless over MAX_BODY: below */
   case CURLE_TOO_MANY_REDIRECTS: return BT_EHTTP;
   case CURLE_HTTP2:
   case CURLE_WEIRD_SERVER_REPLY:
@@ -296,6 +298,11 @@ static void check_multi_info(client_t *c) {
         long last = 0;
         cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &last);
         err = last >= 300 && last < 400 ? BT_EHTTP : BT_EPROTO;
+      }
+      if (req->toolarge || code == CURLE_FILESIZE_EXCEEDED) {
+        err = req->cancel ? BT_ECANCELED : BT_ETOOLARGE;
+        snprintf(req->errtext, sizeof(req->errtext), "%s over 512 MiB",
+                 req->toolarge ? req->toolarge : "response body");
       }
       /* msg is invalid after remove_handle, so nothing of it is used below */
       finish(req, err);
@@ -427,6 +434,10 @@ static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
       return req->cancel ? 0 : len;
     }
   }
+  if (req->resp.len + len > MAX_BODY) {
+    req->toolarge = "response body";
+    return 0;
+  }
   return buf_add(&req->resp, p, len, MAX_BODY) ? 0 : len;
 }
 
@@ -447,6 +458,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
     req->head.len = 0;
     req->resp.len = 0;
     if (req->resp.p) req->resp.p[0] = '\0';
+  }
+  if (req->head.len + len > MAX_BODY) {
+    req->toolarge = "response header block";
+    return 0;
   }
   return buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
 }
@@ -589,6 +604,8 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
   cu.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                  o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000L);
   if (o->timeout_ms > 0) cu.easy_setopt(e, CURLOPT_TIMEOUT_MS, o->timeout_ms);
+  /* A Content-Length over the limit fails at the headers, not 512 MiB on. */
+  cu.easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) MAX_BODY);
   if (o->low_speed_secs > 0) {
     cu.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     cu.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, o->low_speed_secs);

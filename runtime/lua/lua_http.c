@@ -230,6 +230,8 @@ static void on_done(bt_http_req_t *req, int err, long status, const char *body,
     if (err == BT_ETIMEDOUT)
       snprintf(msg, sizeof(msg), "%s: timed out after %g s%s", w->url,
                w->timeout, via);
+    else if (err == BT_ETOOLARGE && detail[0])
+      snprintf(msg, sizeof(msg), "%s: %s%s", w->url, detail, via);
     else if (err == BT_ECONNREFUSED || err == BT_ECANCELED || !detail[0])
       snprintf(msg, sizeof(msg), "%s: %s%s", w->url, bt_strerror(err), via);
     else

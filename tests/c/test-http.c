@@ -1412,6 +1412,18 @@ static void test_errors(uv_loop_t *loop) {
   res_free(&r);
   free(huge);
 
+  /* a Content-Length over 512 MiB: ETOOLARGE at the headers, saying so */
+  s = srv_new(loop);
+  srv_script(s, 0, "HTTP/1.1 200 OK\r\nContent-Length: 600000000\r\n\r\nabc",
+             0);
+  o = opts(&r, mkurl(s, "/toolarge"));
+  o.timeout_ms = 3000;
+  fetch(loop, h, &o, &r);
+  if (!ok(r.done == 1 && r.err == BT_ETOOLARGE, "errors: a Content-Length "
+          "over 512 MiB -> BT_ETOOLARGE")) diag(&r);
+  is_str(r.errtext, "response body over 512 MiB", "errors: ... saying so");
+  res_free(&r);
+
   /* an answer that is not HTTP: EPROTO with the reason, as documented for
    * baton.http (docs/lua-api.md), not EINVAL (curl calls it an unsupported
    * protocol, HTTP/0.9) */
