@@ -153,9 +153,7 @@ static int no_proxy_match(const char *np, const char *host, size_t hlen) {
   const char *p = np, *e;
   size_t n;
   while (hlen > 0 && host[hlen - 1] == '.') hlen--;
-  while (*p == ' ' || *p == '\t') p++;
-  if (p[0] == '*' && (p[1] == '\0' || p[1] == ' ' || p[1] == ','))
-    return 1;
+  if (strcmp(np, "*") == 0) return 1;
   while (*p) {
     p += strspn(p, ", \t");
     e = p + strcspn(p, ", \t");
@@ -191,12 +189,13 @@ static const char *env_proxy(const char *url) {
   } else {
     hlen = strcspn(h, ":/?#");
   }
-  if ((np = getenv("no_proxy")) == NULL || !*np) np = getenv("NO_PROXY");
-  if (np && *np && no_proxy_match(np, h, hlen)) return NULL;
+  /* A variable set, even to "", hides the next one, as in curl. */
+  if (!(np = getenv("no_proxy"))) np = getenv("NO_PROXY");
+  if (np && no_proxy_match(np, h, hlen)) return NULL;
   v = getenv(https ? "https_proxy" : "http_proxy");
-  if ((!v || !*v) && https) v = getenv("HTTPS_PROXY");
-  if (!v || !*v) v = getenv("all_proxy");
-  if (!v || !*v) v = getenv("ALL_PROXY");
+  if (!v && https) v = getenv("HTTPS_PROXY");
+  if (!v) v = getenv("all_proxy");
+  if (!v) v = getenv("ALL_PROXY");
   return v && *v ? v : NULL;
 }
 
