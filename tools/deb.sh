@@ -9,7 +9,9 @@
 #               dlopen on the server's first listen, so shlibdeps cannot
 #               see it) and libssl3 (etcd over https; loaded with dlopen
 #               on the first https connection, same reason)
-#   Recommends  libcurl4 (loaded with dlopen on the first HTTP request)
+#   Recommends  libcurl4 (>= 7.85) (loaded with dlopen on the first HTTP
+#               request; baton.http refuses an older one, whose unknown
+#               options would be ignored)
 #   conffiles   /etc/default/baton
 #   /usr/share/doc/baton/copyright   tools/dist/debian/copyright (Debian's
 #               machine-readable format), in place of LICENSE, whose text
@@ -69,7 +71,7 @@ Architecture: $arch
 Maintainer: baton maintainers <baton@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$tree" | cut -f1)
 Depends: $depends, libmicrohttpd12, libssl3
-Recommends: libcurl4
+Recommends: libcurl4 (>= 7.85)
 Suggests: etcd-server, etcd-client
 Section: admin
 Priority: optional

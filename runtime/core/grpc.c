@@ -26,6 +26,7 @@
 #define _GNU_SOURCE
 #include "grpc.h"
 #include "err.h"
+#include "dl.h"
 
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
@@ -33,7 +34,6 @@
 #include <openssl/x509v3.h>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,45 +60,34 @@
   XX(SSL_set_connect_state) XX(SSL_write) XX(TLS_client_method)               \
   XX(X509_VERIFY_PARAM_set1_ip_asc) XX(X509_verify_cert_error_string)
 
-static struct {
-#define XX(name) __typeof__(name) *name;
-  OSSL_FUNCS(XX)
+#define XX(name) +1
+enum { OSSL_NFUNCS = 0 OSSL_FUNCS(XX) };
 #undef XX
+
+static union {
+  struct {
+#define XX(name) __typeof__(name) *name;
+    OSSL_FUNCS(XX)
+#undef XX
+  };
+  void *v[OSSL_NFUNCS];
 } ossl;
 
-static int ossl_loaded;          /* 0 not tried, 1 loaded, -1 failed */
-static char ossl_error[256];     /* why it failed, kept for later callers */
+static bt_dl_t ossl_dl;
 
-/* Loads libcrypto and libssl and fills ossl, once per process. Returns 0,
- * or -1 with the reason in ossl_error (the same for every later call). */
+/* Loads libssl and fills ossl, once per process. Returns 0, or -1 with the
+ * reason in ossl_dl.error (the same for every later call). dlsym on
+ * libssl's handle finds libcrypto's functions too: libssl depends on it,
+ * so it is mapped with it and searched. */
 static int load_ossl(void) {
-  static const char *const libs[] = { "libcrypto.so.3", "libssl.so.3" };
-  void *lib[2];
-  const char *missing = NULL;
-  size_t i;
-
-  if (ossl_loaded) return ossl_loaded > 0 ? 0 : -1;
-  for (i = 0; i < 2; i++) {
-    if (!(lib[i] = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL))) {
-      const char *e = dlerror();
-      snprintf(ossl_error, sizeof(ossl_error), "%s", e ? e : "dlopen failed");
-      ossl_loaded = -1;
-      return -1;
-    }
-  }
-  /* dlsym on libssl's handle searches libcrypto too (its dependency). */
-#define XX(name)                                                              \
-  if (!missing && !(ossl.name = (__typeof__(name) *) dlsym(lib[1], #name)))   \
-    missing = #name;
-  OSSL_FUNCS(XX)
+  static const char *const sonames[] = { "libssl.so.3", NULL };
+  static const char *const names[] = {
+#define XX(name) #name,
+    OSSL_FUNCS(XX)
 #undef XX
-  if (missing) {
-    snprintf(ossl_error, sizeof(ossl_error), "libssl.so.3 has no %s", missing);
-    ossl_loaded = -1;
-    return -1;
-  }
-  ossl_loaded = 1;
-  return 0;
+  };
+  return bt_dl_load(&ossl_dl, sonames, "libssl.so.3", names, ossl.v,
+                    OSSL_NFUNCS);
 }
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 1000
@@ -1112,7 +1101,7 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
   if (c->tls && load_ossl() < 0) {
     conn_free_early(c);
     set_err(err, msg, msglen, BT_ENOTSUP, "%s: OpenSSL could not be loaded: %s", o->url,
-            ossl_error);
+            ossl_dl.error);
     return NULL;
   }
   if (c->tls && (rc = tls_setup(c, o, why, sizeof(why))) < 0) {

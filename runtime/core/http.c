@@ -21,9 +21,10 @@
  * is ready or the timer fired; after every curl_multi_socket_action we drain
  * curl_multi_info_read to finish the transfers that ended.
  *
- * curl forbids removing a handle from inside its own callbacks, so a cancel
- * requested from a data callback only marks the request; the write callback
- * then aborts the transfer and it finishes through the normal path.
+ * No callback of the caller runs inside curl: on_done runs from
+ * check_multi_info, after curl_multi_socket_action has returned, so a
+ * request can be cancelled, and the client closed, from anywhere (curl
+ * forbids removing a handle from inside its own callbacks).
  *
  * Requests hold a reference on their client until they are freed, and so
  * does the client's timer until libuv has closed it, so closing the client
@@ -31,20 +32,18 @@
  * once it is closed, its last request freed and its timer closed.
  */
 #include "http.h"
+#include "dl.h"
 #include "err.h"
 
-#include <ctype.h>
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #define MAX_BODY (512u << 20)   /* a buffered response body, or header block */
 #define ERRTEXT 256             /* a request's error text, NUL included */
-#define NEEDS_CURL "libcurl could not be loaded: "  /* load_error follows */
+#define NEEDS_CURL "libcurl could not be loaded: "  /* curl_dl.error follows */
 
 /* The curl functions used here: name without "curl_", return type, params. */
 #define CURL_FUNCS(XX)                                                        \
@@ -63,16 +62,23 @@
   XX(easy_reset, void, (CURL *))                                              \
   XX(easy_cleanup, void, (CURL *))                                            \
   XX(slist_append, struct curl_slist *, (struct curl_slist *, const char *))  \
-  XX(slist_free_all, void, (struct curl_slist *))
+  XX(slist_free_all, void, (struct curl_slist *))                             \
+  XX(version_info, curl_version_info_data *, (CURLversion))
 
-static struct {
-#define XX(name, ret, params) ret (*name) params;
-  CURL_FUNCS(XX)
+#define XX(name, ret, params) +1
+enum { CURL_NFUNCS = 0 CURL_FUNCS(XX) };
 #undef XX
+
+static union {
+  struct {
+#define XX(name, ret, params) ret (*name) params;
+    CURL_FUNCS(XX)
+#undef XX
+  };
+  void *v[CURL_NFUNCS];
 } cu;
 
-static int loaded;           /* 0 not tried, 1 loaded, -1 failed */
-static char load_error[256]; /* why it failed, kept for later callers */
+static bt_dl_t curl_dl;
 
 /* A growing byte buffer, always NUL-terminated once non-empty. */
 typedef struct {
@@ -89,12 +95,9 @@ struct bt_http_s {
   int opened;              /* the first request has loaded libcurl (or tried) */
   uv_timer_t timer;        /* curl's timeouts; initialised with the client */
   curl_req_t *reqs;        /* doubly linked list of requests in flight */
-  int nreq;                /* requests started and not yet ended */
   int refs;                /* 1 until closed, +1 per request not yet freed,
                               +1 for the timer until libuv has closed it */
-  int in_curl;             /* > 0 while inside curl_multi_socket_action */
   int closing;             /* bt_http_close was called */
-  int closed;              /* ... and has done its work (close_now) */
   CURL *pool[16];          /* reset easy handles kept for reuse */
   struct sock_s *socks;    /* poll handles of curl's open sockets */
   int npool;
@@ -102,7 +105,6 @@ struct bt_http_s {
 
 struct bt_http_req_s {
   client_t *c;
-  bt_http_data_cb on_data; /* NULL unless the request is a stream */
   bt_http_done_cb on_done;
   void *arg;
   CURL *easy;              /* NULL when libcurl could not be loaded */
@@ -111,11 +113,9 @@ struct bt_http_req_s {
   char *body;
   buf_t resp;
   buf_t head;              /* the response's header block */
-  int unsent;              /* bt_http_req_unsent's answer */
-  int tried;               /* curl got as far as sending it, once at least */
-  int cancel;              /* cancel requested */
   int finishing;           /* finish() has started */
   int due;                 /* without libcurl: fails on this timer turn */
+  const char *toolarge;    /* what went over MAX_BODY, or NULL */
   char errtext[ERRTEXT];   /* curl's words on a failure (its ERRORBUFFER) */
 };
 
@@ -152,43 +152,32 @@ typedef struct sock_s {
 } sock_t;
 
 /* Loads libcurl and fills cu, once per process. Returns 0, or -1 with the
- * reason in load_error (the same reason for every later call). */
+ * reason in curl_dl.error (the same reason for every later call).
+ *
+ * A libcurl older than 7.85 is refused: it would take the options this
+ * file sets without a check and ignore those it does not know
+ * (CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR are 7.85's,
+ * CURLOPT_PREREQFUNCTION 7.80's), and then follow a redirect to ftp://. */
 static int load_curl(void) {
-  void *lib;
-  const char *missing = NULL;
-
-  if (loaded) return loaded > 0 ? 0 : -1;
-  lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    /* Report the soname's failure: the fallback is for odd installs only. */
-    const char *e = dlerror();
-    snprintf(load_error, sizeof(load_error), "%s", e ? e : "dlopen failed");
-    lib = dlopen("libcurl.so", RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!lib) {
-    loaded = -1;
-    return -1;
-  }
-#define XX(name, ret, params)                                                 \
-  if (!missing) {                                                             \
-    cu.name = (ret(*) params) dlsym(lib, "curl_" #name);                      \
-    if (!cu.name) missing = "curl_" #name;                                    \
-  }
-  CURL_FUNCS(XX)
+  static const char *const sonames[] = { "libcurl.so.4", "libcurl.so", NULL };
+  static const char *const names[] = {
+#define XX(name, ret, params) "curl_" #name,
+    CURL_FUNCS(XX)
 #undef XX
-  if (missing) {
-    snprintf(load_error, sizeof(load_error), "libcurl has no %s", missing);
-    loaded = -1;
+  };
+  const curl_version_info_data *v;
+
+  if (curl_dl.state) return curl_dl.state > 0 ? 0 : -1;
+  if (bt_dl_load(&curl_dl, sonames, "libcurl", names, cu.v, CURL_NFUNCS))
     return -1;
-  }
+  v = cu.version_info(CURLVERSION_NOW);
+  if (!v || v->version_num < 0x075500)
+    return bt_dl_fail(&curl_dl, "libcurl 7.85 or later is needed, found %s",
+                      v && v->version ? v->version : "an unknown version");
   /* Once per process, never undone: like the library, its global state
    * (TLS) stays for the life of the process. */
-  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    snprintf(load_error, sizeof(load_error), "curl_global_init failed");
-    loaded = -1;
-    return -1;
-  }
-  loaded = 1;
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    return bt_dl_fail(&curl_dl, "curl_global_init failed");
   return 0;
 }
 
@@ -212,7 +201,8 @@ static int map_curl(CURLcode code) {
   case CURLE_PARTIAL_FILE:
   case CURLE_HTTP2_STREAM: return BT_ECONNRESET;  /* a stream reset */
   case CURLE_OUT_OF_MEMORY: return BT_ENOMEM;
-  case CURLE_WRITE_ERROR: return BT_ETOOLARGE; /* body over MAX_BODY */
+  case CURLE_FILESIZE_EXCEEDED: return BT_ETOOLARGE; /* Content-Length */
+  case CURLE_WRITE_ERROR: return BT_ENOMEM; /* unless over MAX_BODY: below */
   case CURLE_TOO_MANY_REDIRECTS: return BT_EHTTP;
   case CURLE_HTTP2:
   case CURLE_WEIRD_SERVER_REPLY:
@@ -233,21 +223,13 @@ static void finish(curl_req_t *req, int err) {
   if (req->easy) {
     if (!err)
       cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-    /* Unsent only if no attempt ever got as far as sending: curl resends
-     * a request whose reused connection was found closed, and that retry
-     * failing to connect does not unsend the first try. */
-    if (err && err != BT_ECANCELED && !req->tried) req->unsent = 1;
     cu.multi_remove_handle(c->multi, req->easy);
   }
   if (req->prev) req->prev->next = req->next;
   else c->reqs = req->next;
   if (req->next) req->next->prev = req->prev;
 
-  /* A stream's 2xx body went to on_data; any other answer is kept whole. */
-  c->nreq--;
-  req->on_done(req, err, status,
-               req->on_data && status >= 200 && status < 300
-                   ? NULL : (req->resp.p ? req->resp.p : ""),
+  req->on_done(req, err, status, req->resp.p ? req->resp.p : "",
                req->resp.len, req->arg);
 
   if (req->easy) {
@@ -291,40 +273,34 @@ static void check_multi_info(client_t *c) {
     cu.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
     {
       CURLcode code = msg->data.result;
-      int err = req->cancel ? BT_ECANCELED : map_curl(code);
-      /* After a connection: not a URL of another scheme but a redirect to
-       * one (refused: the last answer was a 3xx), or an answer that is not
-       * HTTP/1.x ("Received HTTP/0.9 when not allowed"). */
-      if (err == BT_EINVAL && code == CURLE_UNSUPPORTED_PROTOCOL &&
-          req->tried) {
+      int err = map_curl(code);
+      /* After a connection (curl has the peer's address): not a URL of
+       * another scheme but a redirect to one (refused: the last answer was
+       * a 3xx), or an answer that is not HTTP/1.x ("Received HTTP/0.9 when
+       * not allowed"). */
+      if (err == BT_EINVAL && code == CURLE_UNSUPPORTED_PROTOCOL) {
         long last = 0;
+        char *ip = NULL;
         cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &last);
-        err = last >= 300 && last < 400 ? BT_EHTTP : BT_EPROTO;
+        cu.easy_getinfo(req->easy, CURLINFO_PRIMARY_IP, &ip);
+        if (last >= 300 && last < 400) err = BT_EHTTP;
+        else if (ip && *ip) err = BT_EPROTO;
+      }
+      if (req->toolarge || code == CURLE_FILESIZE_EXCEEDED) {
+        err = BT_ETOOLARGE;
+        snprintf(req->errtext, sizeof(req->errtext), "%s over 512 MiB",
+                 req->toolarge ? req->toolarge : "response body");
       }
       /* msg is invalid after remove_handle, so nothing of it is used below */
       finish(req, err);
     }
   }
-  /* Cancels requested from inside curl callbacks of other transfers; from
-   * the list's head each time, as an on_done may end other requests. */
-  while (!c->in_curl) {
-    for (req = c->reqs; req && !req->cancel; req = req->next) {}
-    if (!req) break;
-    finish(req, BT_ECANCELED);
-  }
 }
-
-static void close_now(client_t *c);
 
 static void socket_action(client_t *c, curl_socket_t fd, int flags) {
   int running;
-  c->in_curl++;
   cu.multi_socket_action(c->multi, fd, flags, &running);
-  c->in_curl--;
   check_multi_info(c);
-  /* A close asked for from inside one of curl's callbacks (a stream's
-   * on_data) waited for curl to return. */
-  if (c->closing && !c->closed) close_now(c);
 }
 
 static void on_poll(uv_poll_t *p, int status, int events) {
@@ -421,25 +397,11 @@ static int on_timer_set(CURLM *m, long ms, void *userp) {
 static size_t on_write(char *p, size_t sz, size_t n, void *ud) {
   curl_req_t *req = ud;
   size_t len = sz * n;
-  long status = 0;
-  if (req->cancel) return 0;
-  if (req->on_data) {
-    cu.easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-    /* An error status streams an error body: keep it whole for on_done. */
-    if (status >= 200 && status < 300) {
-      req->on_data(req, p, len, req->arg);
-      return req->cancel ? 0 : len;
-    }
+  if (req->resp.len + len > MAX_BODY) {
+    req->toolarge = "response body";
+    return 0;
   }
   return buf_add(&req->resp, p, len, MAX_BODY) ? 0 : len;
-}
-
-/* curl is about to send the request on a connection it has (TLS done). */
-static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
-                     int conn_primary_port, int conn_local_port) {
-  curl_req_t *req = ud;
-  req->tried = 1;
-  return CURL_PREREQFUNC_OK;
 }
 
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
@@ -451,6 +413,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
     req->head.len = 0;
     req->resp.len = 0;
     if (req->resp.p) req->resp.p[0] = '\0';
+  }
+  if (req->head.len + len > MAX_BODY) {
+    req->toolarge = "response header block";
+    return 0;
   }
   return buf_add(&req->head, p, len, MAX_BODY) ? 0 : len;
 }
@@ -469,8 +435,9 @@ static int client_open(client_t *c) {
     cu.multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
     cu.multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 64L);
     /* A burst of requests queues in curl beyond this many connections to
-     * one endpoint instead of opening a socket (and buffers) per request.
-     * Streams (watches) hold a connection each, so the bound is generous. */
+     * one endpoint instead of opening a socket (and buffers) per request;
+     * generous, so that a script's many slow requests to one server (long
+     * polls, say) do not wait behind each other. */
     cu.multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 256L);
   }
   c->opened = 1;
@@ -492,9 +459,8 @@ bt_http_t *bt_http_new(uv_loop_t *loop) {
 }
 
 /* Ends every request, closes the handles, drops the client's "open"
- * reference. Never from inside curl. */
+ * reference. */
 static void close_now(client_t *c) {
-  c->closed = 1;
   while (c->reqs) finish(c->reqs, BT_ECANCELED);
   while (c->npool) cu.easy_cleanup(c->pool[--c->npool]);
   /* curl_multi_cleanup closes cached connections: REMOVE callbacks close
@@ -508,17 +474,8 @@ static void close_now(client_t *c) {
 }
 
 void bt_http_close(bt_http_t *c) {
-  curl_req_t *req;
   if (!c || c->closing) return;
   c->closing = 1;
-  if (c->in_curl) {
-    /* Inside a curl callback (a stream's on_data), where curl forbids
-     * removing handles: every request is marked, the one in its callback
-     * ends once that returns (on_write aborts it), and socket_action
-     * closes the rest when curl has returned. */
-    for (req = c->reqs; req; req = req->next) req->cancel = 1;
-    return;
-  }
   close_now(c);
 }
 
@@ -536,10 +493,9 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
   int i;
 
   if (!c->multi) {
-    req->unsent = 1;
     snprintf(req->errtext, sizeof(req->errtext), "%s%.*s",
              NEEDS_CURL, (int) (sizeof(req->errtext) - sizeof(NEEDS_CURL)),
-             load_error);
+             curl_dl.error);
     link_req(c, req);
     uv_timer_start(&c->timer, on_timer, 0, 0);
     return 0;
@@ -584,8 +540,6 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
   cu.easy_setopt(e, CURLOPT_WRITEDATA, req);
   cu.easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
   cu.easy_setopt(e, CURLOPT_HEADERDATA, req);
-  cu.easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
-  cu.easy_setopt(e, CURLOPT_PREREQDATA, req);
   cu.easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   cu.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   cu.easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 10L);
@@ -593,17 +547,9 @@ static int start(client_t *c, curl_req_t *req, const bt_http_opts_t *o) {
   cu.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                  o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000L);
   if (o->timeout_ms > 0) cu.easy_setopt(e, CURLOPT_TIMEOUT_MS, o->timeout_ms);
-  if (o->low_speed_secs > 0) {
-    cu.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    cu.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, o->low_speed_secs);
-  }
+  /* A Content-Length over the limit fails at the headers, not 512 MiB on. */
+  cu.easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) MAX_BODY);
   if (o->cacert) cu.easy_setopt(e, CURLOPT_CAINFO, o->cacert);
-  if (o->cert) cu.easy_setopt(e, CURLOPT_SSLCERT, o->cert);
-  if (o->key) cu.easy_setopt(e, CURLOPT_SSLKEY, o->key);
-  if (o->insecure) {
-    cu.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-    cu.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
   if (o->body) {
     req->body = malloc(o->body_len ? o->body_len : 1);
     if (!req->body) goto nomem;
@@ -658,27 +604,19 @@ int bt_http_request(bt_http_t *c, const bt_http_opts_t *o,
   req = calloc(1, sizeof(*req));
   if (!req) return BT_ENOMEM;
   req->c = c;
-  req->on_data = o->on_data;
   req->on_done = o->on_done;
   req->arg = o->arg;
   if ((err = start(c, req, o))) {
     free(req);
     return err;
   }
-  c->nreq++;
   c->refs++;
   if (out) *out = req;
   return 0;
 }
 
 void bt_http_cancel(bt_http_req_t *req) {
-  if (req->cancel || req->finishing) return;
-  req->cancel = 1;
-  if (!req->c->in_curl) finish(req, BT_ECANCELED);
-}
-
-int bt_http_req_unsent(const bt_http_req_t *req) {
-  return req->unsent;
+  if (!req->finishing) finish(req, BT_ECANCELED);
 }
 
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len) {
@@ -713,48 +651,4 @@ const char *bt_http_req_version(const bt_http_req_t *req) {
 
 const char *bt_http_req_errtext(const bt_http_req_t *req) {
   return req->errtext;
-}
-
-/* Judged here rather than by curl: etcd's endpoint list is checked before
- * any request is made, without loading libcurl. */
-int bt_http_url_ok(const char *url) {
-  const char *p, *auth_end, *at = NULL, *he, *hp, *q;
-  long port;
-
-  if (strncasecmp(url, "http://", 7) == 0) p = url + 7;
-  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8;
-  else return 0;
-  for (q = url; *q; q++)
-    if ((unsigned char) *q <= ' ' || *q == 0x7f) return 0;
-  auth_end = p + strcspn(p, "/?#");
-  for (q = p; q < auth_end; q++)
-    if (*q == '@') at = q;
-  if (at) p = at + 1;
-  if (*p == '[') {
-    he = memchr(p, ']', (size_t) (auth_end - p));
-    if (!he || he == p + 1) return 0;
-    if (he - p - 1 > 255) return 0;
-    hp = he + 1;
-  } else {
-    he = memchr(p, ':', (size_t) (auth_end - p));
-    if (!he) he = auth_end;
-    if (he == p || he - p > 255) return 0;
-    hp = he;
-  }
-  if (hp < auth_end) {
-    if (*hp != ':') return 0;
-    if (hp + 1 < auth_end) {
-      port = 0;
-      for (q = hp + 1; q < auth_end; q++) {
-        if (!isdigit((unsigned char) *q) || port > 65535) return 0;
-        port = port * 10 + (*q - '0');
-      }
-      if (port < 1 || port > 65535) return 0;
-    }
-  }
-  return 1;
-}
-
-int bt_http_active(const bt_http_t *c) {
-  return c->nreq;
 }

@@ -15,16 +15,11 @@
 typedef struct bt_http_s bt_http_t;
 typedef struct bt_http_req_s bt_http_req_t;
 
-/* Called for each piece of a streaming response body, as it arrives. The
- * callee may call bt_http_cancel(req) from here. */
-typedef void (*bt_http_data_cb)(bt_http_req_t *req, const char *data,
-                                size_t len, void *arg);
-
 /* Called exactly once when the request ends. err is 0 when an HTTP response
  * was received (whatever its status), else a BT_E* code; body is the whole
- * response body (NUL-terminated, valid only during the call), except for a
- * stream that got a 2xx answer: its body went to on_data, and body is NULL.
- * The request is freed right after. */
+ * response body (NUL-terminated, valid only during the call). The request
+ * is freed right after; on_done may cancel other requests and close the
+ * client. */
 typedef void (*bt_http_done_cb)(bt_http_req_t *req, int err, long status,
                                 const char *body, size_t len, void *arg);
 
@@ -34,11 +29,9 @@ typedef struct {
   const char *body;             /* copied */
   size_t body_len;
   const char *const *headers;   /* NULL-terminated "Name: value" lines */
-  long timeout_ms;              /* whole request; 0 = none (streams) */
+  long timeout_ms;              /* whole request; 0 = none */
   long connect_timeout_ms;      /* default 2000 */
-  long low_speed_secs;          /* stream idle limit via TCP keepalive; 0 = off */
-  const char *cacert, *cert, *key;  /* TLS files, or NULL */
-  int insecure;                 /* skip TLS peer verification (tests only) */
+  const char *cacert;           /* CA file for https, or NULL: the system's */
   long max_redirects;           /* follow up to this many 3xx (to http and
                                    https URLs only); 0 = return the 3xx */
   const char *proxy;            /* proxy URL for every request, or NULL */
@@ -47,7 +40,6 @@ typedef struct {
                                    no_proxy, as curl reads them; 0 = none */
   int http2;                    /* offer HTTP/2 over https (ALPN); http://
                                    stays HTTP/1.1 */
-  bt_http_data_cb on_data;      /* non-NULL makes the request a stream */
   bt_http_done_cb on_done;
   void *arg;
 } bt_http_opts_t;
@@ -63,14 +55,9 @@ void bt_http_close(bt_http_t *h);
  * until its on_done has returned. */
 int bt_http_request(bt_http_t *h, const bt_http_opts_t *o, bt_http_req_t **out);
 
-/** Cancels req: its on_done runs with BT_ECANCELED, now or (when called
- * from one of req's own callbacks) as soon as that callback returns. */
+/** Cancels req: its on_done runs at once with BT_ECANCELED (from req's own
+ * on_done, where it has ended, this does nothing). */
 void bt_http_cancel(bt_http_req_t *req);
-
-/** True when the request was never sent: the failure happened before a
- * connection was established, or no byte of the request was taken by the
- * kernel (so a write provably did not reach the peer). */
-int bt_http_req_unsent(const bt_http_req_t *req);
 
 /** The response's header block ("Name: value\r\n" lines), valid in on_done. */
 const char *bt_http_req_headers(const bt_http_req_t *req, size_t *len);
@@ -93,8 +80,5 @@ const char *bt_http_req_errtext(const bt_http_req_t *req);
 /** True when url is an http:// or https:// URL this client can request:
  * a host, a port from 1 to 65535 if one is given, no spaces or controls. */
 int bt_http_url_ok(const char *url);
-
-/** Number of requests in flight. */
-int bt_http_active(const bt_http_t *h);
 
 #endif

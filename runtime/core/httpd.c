@@ -45,9 +45,9 @@
  */
 #include "httpd.h"
 #include "err.h"
+#include "dl.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -88,46 +88,34 @@
   XX(stop_daemon)                                                             \
   XX(suspend_connection)
 
-static struct {
-#define XX(name) __typeof__(MHD_##name) *name;
-  MHD_FUNCS(XX)
+#define XX(name) +1
+enum { MHD_NFUNCS = 0 MHD_FUNCS(XX) };
 #undef XX
+
+static union {
+  struct {
+#define XX(name) __typeof__(MHD_##name) *name;
+    MHD_FUNCS(XX)
+#undef XX
+  };
+  void *v[MHD_NFUNCS];
 } mh;
 
-static int mhd_loaded;           /* 0 not tried, 1 loaded, -1 failed */
-static char mhd_error[256];      /* why it failed, kept for later callers */
+static bt_dl_t mhd_dl;
 
 /* Loads libmicrohttpd and fills mh, once per process. Returns 0, or -1
- * with the reason in mhd_error (the same for every later call). */
+ * with the reason in mhd_dl.error (the same for every later call). */
 static int load_mhd(void) {
-  void *lib;
-  const char *missing = NULL;
-
-  if (mhd_loaded) return mhd_loaded > 0 ? 0 : -1;
-  lib = dlopen("libmicrohttpd.so.12", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    /* Report the soname's failure: the fallback is for odd installs only. */
-    const char *e = dlerror();
-    snprintf(mhd_error, sizeof(mhd_error), "%s", e ? e : "dlopen failed");
-    lib = dlopen("libmicrohttpd.so", RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!lib) {
-    mhd_loaded = -1;
-    return -1;
-  }
-#define XX(name)                                                              \
-  if (!missing &&                                                             \
-      !(mh.name = (__typeof__(MHD_##name) *) dlsym(lib, "MHD_" #name)))       \
-    missing = "MHD_" #name;
-  MHD_FUNCS(XX)
+  static const char *const sonames[] = {
+    "libmicrohttpd.so.12", "libmicrohttpd.so", NULL
+  };
+  static const char *const names[] = {
+#define XX(name) "MHD_" #name,
+    MHD_FUNCS(XX)
 #undef XX
-  if (missing) {
-    snprintf(mhd_error, sizeof(mhd_error), "libmicrohttpd has no %s", missing);
-    mhd_loaded = -1;
-    return -1;
-  }
-  mhd_loaded = 1;
-  return 0;
+  };
+  return bt_dl_load(&mhd_dl, sonames, "libmicrohttpd", names, mh.v,
+                    MHD_NFUNCS);
 }
 
 #define DEFAULT_MAX_CONNS 4096
@@ -825,7 +813,7 @@ int bt_httpd_listen(uv_loop_t *loop, const bt_httpd_opts_t *o,
   }
   if (load_mhd()) {
     snprintf(msg, msglen, "%s: libmicrohttpd could not be loaded: %s", o->addr,
-             mhd_error);
+             mhd_dl.error);
     return BT_ENOTSUP;
   }
   if (o->cert && mh.is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {

@@ -50,6 +50,8 @@ typedef struct {
   bt_http_req_t *req;
   double timeout;
   int follow;             /* redirects were asked for: say where it ended */
+  const char *proxy;      /* the proxy in use (in this block, without its
+                             user:password), for error messages; or NULL */
   char url[];
 } hwait_t;
 
@@ -125,21 +127,76 @@ static void push_headers(lua_State *S, const char *p, size_t len) {
 }
 
 /* Copies url (len bytes) to out without its user:password@ part, so that
- * error messages, which end up in logs, do not carry credentials. */
+ * error messages, which end up in logs, do not carry credentials. A URL
+ * without a scheme (a proxy given as "user:pw@host:3128") is read as an
+ * authority. */
 static void copy_url(char *out, const char *url, size_t len) {
   const char *auth = strstr(url, "://"), *end, *at = NULL, *p;
-  if (auth) {
-    auth += 3;
-    end = auth + strcspn(auth, "/?#");
-    for (p = auth; p < end; p++)
-      if (*p == '@') at = p;
-  }
+  auth = auth ? auth + 3 : url;
+  end = auth + strcspn(auth, "/?#");
+  for (p = auth; p < end; p++)
+    if (*p == '@') at = p;
   if (!at) {
     memcpy(out, url, len + 1);
     return;
   }
   memcpy(out, url, (size_t) (auth - url));
   memcpy(out + (auth - url), at + 1, len - (size_t) (at + 1 - url) + 1);
+}
+
+/* True when host (hlen bytes) matches the no_proxy list np as curl 7.88
+ * reads it: "*" matches every host; otherwise entries separated by commas
+ * or spaces, each a host name that matches itself and its subdomains (a
+ * leading dot is ignored) or an IP address. (curl also takes CIDR ranges:
+ * they are not matched here, which only loses the proxy from a message.) */
+static int no_proxy_match(const char *np, const char *host, size_t hlen) {
+  const char *p = np, *e;
+  size_t n;
+  while (hlen > 0 && host[hlen - 1] == '.') hlen--;
+  if (strcmp(np, "*") == 0) return 1;
+  while (*p) {
+    p += strspn(p, ", \t");
+    e = p + strcspn(p, ", \t");
+    if (*p == '.') p++;
+    n = (size_t) (e - p);
+    while (n > 0 && p[n - 1] == '.') n--;
+    if (n > 0 && n <= hlen && strncasecmp(host + hlen - n, p, n) == 0 &&
+        (n == hlen || host[hlen - n - 1] == '.'))
+      return 1;
+    p = e;
+  }
+  return 0;
+}
+
+/* The proxy curl takes from the environment for url, as curl 7.88 picks
+ * it: none when no_proxy (or NO_PROXY) matches the host; else
+ * <scheme>_proxy (upper case too, except HTTP_PROXY: httpoxy), then
+ * all_proxy or ALL_PROXY. Returns the variable's value, or NULL. Used for
+ * error messages only: curl makes its own choice. */
+static const char *env_proxy(const char *url) {
+  const char *h = strstr(url, "://"), *end, *at, *np, *v;
+  int https = strncasecmp(url, "https", 5) == 0;
+  size_t hlen;
+
+  if (!h) return NULL;
+  h += 3;
+  end = h + strcspn(h, "/?#");
+  for (at = end; at > h && at[-1] != '@'; at--) {}
+  if (at > h) h = at;
+  if (*h == '[') {
+    h++;
+    hlen = strcspn(h, "]");
+  } else {
+    hlen = strcspn(h, ":/?#");
+  }
+  /* A variable set, even to "", hides the next one, as in curl. */
+  if (!(np = getenv("no_proxy"))) np = getenv("NO_PROXY");
+  if (np && no_proxy_match(np, h, hlen)) return NULL;
+  v = getenv(https ? "https_proxy" : "http_proxy");
+  if (!v && https) v = getenv("HTTPS_PROXY");
+  if (!v) v = getenv("all_proxy");
+  if (!v) v = getenv("ALL_PROXY");
+  return v && *v ? v : NULL;
 }
 
 /* The request ended (bt_http_done_cb): resume the coroutine with the
@@ -166,14 +223,19 @@ static void on_done(bt_http_req_t *req, int err, long status, const char *body,
     dl = strlen(detail);
     while (dl > 0 && (detail[dl - 1] == ' ' || detail[dl - 1] == '\n'))
       detail[--dl] = '\0';
+    char via[300] = "";
+    if (w->proxy && err != BT_ECANCELED)
+      snprintf(via, sizeof(via), " (proxy %s)", w->proxy);
     if (err == BT_ETIMEDOUT)
-      snprintf(msg, sizeof(msg), "%s: timed out after %g s", w->url,
-               w->timeout);
+      snprintf(msg, sizeof(msg), "%s: timed out after %g s%s", w->url,
+               w->timeout, via);
+    else if (err == BT_ETOOLARGE && detail[0])
+      snprintf(msg, sizeof(msg), "%s: %s%s", w->url, detail, via);
     else if (err == BT_ECONNREFUSED || err == BT_ECANCELED || !detail[0])
-      snprintf(msg, sizeof(msg), "%s: %s", w->url, bt_strerror(err));
+      snprintf(msg, sizeof(msg), "%s: %s%s", w->url, bt_strerror(err), via);
     else
-      snprintf(msg, sizeof(msg), "%s: %s (%s)", w->url, bt_strerror(err),
-               detail);
+      snprintf(msg, sizeof(msg), "%s: %s (%s)%s", w->url, bt_strerror(err),
+               detail, via);
     n = bt_push_fail(S, err, msg);
   } else {
     head = bt_http_req_headers(req, &hlen);
@@ -313,7 +375,9 @@ static int l_http(lua_State *L) {
   double timeout = DEFAULT_TIMEOUT;
   long redirects = 0;
   const char *proxy = NULL, *cacert = NULL;
-  int env_proxy = 1;
+  const char *via;
+  size_t via_len;
+  int env_proxy_on = 1;
   bt_http_t *h;
   bt_co_t *co;
   hwait_t *w;
@@ -400,22 +464,30 @@ static int l_http(lua_State *L) {
 
   lua_getfield(L, 1, "proxy");                                /* 7 */
   if (lua_type(L, 7) == LUA_TBOOLEAN && !lua_toboolean(L, 7)) {
-    env_proxy = 0;
+    env_proxy_on = 0;
   } else if (!lua_isnil(L, 7)) {
     if (lua_type(L, 7) != LUA_TSTRING)
       return luaL_error(L, "baton.http: proxy must be a URL or false "
                         "(got %s)", luaL_typename(L, 7));
-    proxy = lua_tostring(L, 7);
-    if (!bt_http_url_ok(proxy))
+    size_t plen;
+    proxy = lua_tolstring(L, 7, &plen);
+    if (!bt_http_url_ok(proxy)) {
+      /* the message may end up in a log: no user:password in it */
+      char *clean = lua_newuserdata(L, plen + 1);
+      copy_url(clean, proxy, plen);
       return luaL_error(L, "baton.http: proxy must be an http:// or "
-                        "https:// URL with a host (got '%s')", proxy);
+                        "https:// URL with a host (got '%s')", clean);
+    }
   }
 
   lua_getfield(L, 1, "cacert");                               /* 8 */
   if (!lua_isnil(L, 8)) {
-    if (lua_type(L, 8) != LUA_TSTRING || lua_objlen(L, 8) == 0)
+    if (lua_type(L, 8) != LUA_TSTRING)
       return luaL_error(L, "baton.http: cacert must be a file name (got %s)",
                         luaL_typename(L, 8));
+    if (lua_objlen(L, 8) == 0)
+      return luaL_error(L, "baton.http: cacert must be a file name (got an "
+                        "empty string)");
     cacert = lua_tostring(L, 8);
   }
 
@@ -431,13 +503,21 @@ static int l_http(lua_State *L) {
   co = bt_co_current(L, "baton.http");
   h = get_client(L);
   if (!h) return bt_push_fail(L, BT_ENOMEM, NULL);
-  w = malloc(sizeof(*w) + url_len + 1);
+  via = proxy ? proxy : env_proxy_on ? env_proxy(url) : NULL;
+  via_len = via ? strlen(via) : 0;
+  w = malloc(sizeof(*w) + url_len + 1 + (via ? via_len + 1 : 0));
   if (!w) return bt_push_fail(L, BT_ENOMEM, NULL);
   w->co = co;
   w->req = NULL;
   w->timeout = timeout;
   w->follow = redirects > 0;
   copy_url(w->url, url, url_len);
+  w->proxy = NULL;
+  if (via) {
+    char *p = w->url + url_len + 1;
+    copy_url(p, via, via_len);
+    w->proxy = p;
+  }
 
   memset(&o, 0, sizeof(o));
   o.method = method[0] ? method : NULL;
@@ -450,7 +530,7 @@ static int l_http(lua_State *L) {
   o.connect_timeout_ms = o.timeout_ms;
   o.max_redirects = redirects;
   o.proxy = proxy;
-  o.env_proxy = env_proxy;
+  o.env_proxy = env_proxy_on;
   o.cacert = cacert;
   /* HTTP/2 where https offers it, except for bodies over what the server
    * takes before reading (HTTP/2's initial window): a server that answers

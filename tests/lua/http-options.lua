@@ -136,9 +136,42 @@ do
     "proxy must be an http:// or https:// URL", "a proxy of another scheme raises")
   T.error_like(function() baton.http { url = A, cacert = 1 } end,
     "cacert must be a file name", "cacert = 1 raises")
+  T.error_like(function() baton.http { url = A, cacert = "" } end,
+    "cacert must be a file name %(got an empty string%)", "cacert = '' raises")
+  local ok, err = pcall(baton.http, { url = A, proxy = "socks5://u:s3cret@127.0.0.1:1" })
+  T.ok(not ok and err:find("got 'socks5://127.0.0.1:1'", 1, true) and not err:find("s3cret"),
+    "an invalid proxy is echoed without its user:password (" .. tostring(err) .. ")")
+  ok, err = pcall(baton.http, { url = A, proxy = "u:s3cret@127.0.0.1:1" })
+  T.ok(not ok and not err:find("s3cret"), "nor one without a scheme (" .. tostring(err) .. ")")
   T.error_like(function() baton.http { url = A, follow = true } end,
     "unknown option 'follow' %(options are method, url, headers, body, timeout, redirects, proxy, cacert%)",
     "an unknown option names the known ones")
+end
+
+-- A proxy that refuses is named in the error (without its user:password):
+-- the target did not refuse. Nothing is sent to 10.1.2.3 itself.
+do
+  local want = "ECONNREFUSED: http://10.1.2.3/x: connection refused (proxy http://127.0.0.1:1)"
+  local _, msg, code = baton.http { url = "http://10.1.2.3/x", proxy = "http://u:s3cret@127.0.0.1:1", timeout = 5 }
+  T.is(code, "ECONNREFUSED", "proxy = URL that refuses: ECONNREFUSED")
+  T.is(msg, want, "the message names the proxy")
+  local bin = os.getenv("BATON_BIN")
+  if bin and bin ~= "" then
+    local script = os.tmpname()
+    F.write(script, [[print((select(2, baton.http { url = "http://10.1.2.3/x", timeout = 5 })))]])
+    local x = assert(baton.exec { bin, "eval", script, timeout = 30,
+      env = { http_proxy = "http://u:s3cret@127.0.0.1:1", no_proxy = false, NO_PROXY = false } })
+    os.remove(script)
+    T.is(x.stdout, want .. "\n", "so does the environment's http_proxy (" .. x.stderr .. ")")
+  else
+    T.skip("BATON_BIN is not set", 1)
+  end
+end
+
+-- http:// stays HTTP/1.1 (no h2c upgrade)
+do
+  local r = assert(baton.http { url = A .. "/plain11" })
+  T.is(r.http_version, "1.1", "plain http stays HTTP/1.1")
 end
 
 -- 3. proxies and HTTP/2: node's forward proxy and http2 server
@@ -224,7 +257,7 @@ if ports then
     T.skip("BATON_BIN is not set", 3)
   end
 else
-  T.skip("node is not installed", 9)
+  T.skip("node is not installed", 10)
 end
 
 if ports and ports.h2 then
@@ -252,9 +285,6 @@ if ports and ports.h2 then
   T.is(code, "ETLS", "without cacert: ETLS (" .. tostring(msg) .. ")")
   _, msg, code = baton.http { url = H .. "/hello", cacert = dir .. "/missing.pem" }
   T.is(code, "ETLS", "a missing cacert file: ETLS (" .. tostring(msg) .. ")")
-
-  r = assert(baton.http { url = A .. "/plain11" })
-  T.is(r.http_version, "1.1", "plain http stays HTTP/1.1")
 
   local before = stats().connects
   r, err = baton.http { url = H .. "/tunnel", cacert = ca, proxy = "http://127.0.0.1:" .. ports.proxy }
