@@ -590,7 +590,10 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
     break;
   case NGHTTP2_PING:
     if (f->hd.flags & NGHTTP2_FLAG_ACK) {
+      /* The timer waits for ping_sent + ping_timeout_ms: bring it back to
+       * the next PING's time (last_read + ping_interval_ms). */
       c->ping_sent = 0;
+      conn_arm(c, conn_next_due(c));
       break;
     }
     c->st.pings_in++;
@@ -907,9 +910,15 @@ again:
         return;
       }
     } else if (now >= c->last_read + (uint64_t) c->ping_interval_ms) {
-      if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
-        c->ping_sent = now ? now : 1;
+      /* (Failing, it would leave the PING due and the timer firing at
+       * once, again and again; nghttp2 fails it for memory only.) */
+      int rv = nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL);
+      if (rv != 0) {
+        conn_fail(c, rv == NGHTTP2_ERR_NOMEM ? BT_ENOMEM : BT_EPROTO, "PING: %s",
+                  nghttp2_strerror(rv));
+        return;
       }
+      c->ping_sent = now ? now : 1;
     }
   }
   if (c->ack_due && now >= c->ack_due) ack_send(c);
