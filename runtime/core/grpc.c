@@ -5,8 +5,9 @@
  * Flow. Bytes read from the socket go (through SSL_read for https) into
  * nghttp2_session_mem_recv, whose callbacks fill each stream's deframer and
  * report headers, trailers and stream ends. What nghttp2 wants to send is
- * drained with nghttp2_session_mem_send into one buffer per flush (through
- * SSL_write for https) and written with one uv_write.
+ * drained with nghttp2_session_mem_send straight into one write request per
+ * flush (for https: into one SSL_write, whose records are read from the
+ * memory BIO into the request) and written with one uv_write.
  *
  * Re-entrancy. API calls (open, send, cancel, close) only queue work in
  * nghttp2 and start the zero-delay `later` timer; the flush that may run
@@ -177,7 +178,7 @@ struct bt_grpc_conn_s {
   uint8_t ack_data[8];               /* its payload */
   int in_recv;                       /* inside nghttp2_session_mem_recv */
   char rbuf[READ_BUF];
-  uint8_t *wbuf;                     /* one flush's bytes */
+  uint8_t *wbuf;                     /* https: one flush's plaintext */
   size_t wlen, wcap;
   bt_grpc_stats_t st;
 };
@@ -323,12 +324,19 @@ static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...) {
 
 /* ---- output ------------------------------------------------------------ */
 
+/* One socket write: the request and its bytes in one allocation, the
+ * bytes copied into it once (from nghttp2, or from the TLS BIO). */
 typedef struct {
   uv_write_t req;
   bt_grpc_conn_t *c;
-  size_t len;
   char data[];
 } wreq_t;
+
+/* A write being built: len of w's cap bytes filled. */
+typedef struct {
+  wreq_t *w;
+  size_t len, cap;
+} wbuild_t;
 
 static void on_write(uv_write_t *req, int status) {
   wreq_t *w = (wreq_t *) req;
@@ -339,6 +347,52 @@ static void on_write(uv_write_t *req, int status) {
               uv_strerror(status));
 }
 
+/* Makes room in b for n more bytes (4 KiB at least, doubling). */
+static int wbuild_room(wbuild_t *b, size_t n) {
+  size_t cap;
+  wreq_t *nw;
+  if (b->len + n <= b->cap) return 0;
+  cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + n) cap *= 2;
+  if (!(nw = realloc(b->w, sizeof(*nw) + cap))) return BT_ENOMEM;
+  b->w = nw;
+  b->cap = cap;
+  return 0;
+}
+
+static int wbuild_add(wbuild_t *b, const void *p, size_t n) {
+  int rc = wbuild_room(b, n);
+  if (rc < 0) return rc;
+  memcpy(b->w->data + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+/* Writes what b holds with one uv_write (none when empty). b's request
+ * goes to libuv (on_write frees it) or is freed here; b is left empty. */
+static int wbuild_write(bt_grpc_conn_t *c, wbuild_t *b) {
+  wreq_t *w = b->w;
+  size_t n = b->len;
+  uv_buf_t buf;
+  int rc;
+  b->w = NULL;
+  b->len = b->cap = 0;
+  if (n == 0) {
+    free(w);
+    return 0;
+  }
+  w->c = c;
+  buf = uv_buf_init(w->data, (unsigned) n);
+  if ((rc = uv_write(&w->req, (uv_stream_t *) &c->tcp, &buf, 1, on_write)) < 0) {
+    free(w);
+    return rc;
+  }
+  c->st.writes++;
+  c->st.bytes_out += n;
+  return 0;
+}
+
+/* https: one flush's plaintext, for one SSL_write (few TLS records). */
 static int wbuf_add(bt_grpc_conn_t *c, const void *p, size_t n) {
   if (c->wlen + n > c->wcap) {
     size_t cap = c->wcap ? c->wcap : 16384;
@@ -350,25 +404,6 @@ static int wbuf_add(bt_grpc_conn_t *c, const void *p, size_t n) {
   }
   memcpy(c->wbuf + c->wlen, p, n);
   c->wlen += n;
-  return 0;
-}
-
-static int socket_write(bt_grpc_conn_t *c, const void *p, size_t n) {
-  wreq_t *w;
-  uv_buf_t b;
-  int rc;
-  if (n == 0) return 0;
-  if (!(w = malloc(sizeof(*w) + n))) return BT_ENOMEM;
-  w->c = c;
-  w->len = n;
-  memcpy(w->data, p, n);
-  b = uv_buf_init(w->data, (unsigned) n);
-  if ((rc = uv_write(&w->req, (uv_stream_t *) &c->tcp, &b, 1, on_write)) < 0) {
-    free(w);
-    return rc;
-  }
-  c->st.writes++;
-  c->st.bytes_out += n;
   return 0;
 }
 
@@ -386,20 +421,29 @@ static void tls_reason(bt_grpc_conn_t *c, char *buf, size_t len) {
   ossl.ERR_clear_error();
 }
 
-/* Sends what the TLS engine wrote into its memory BIO. */
-static int tls_drain(bt_grpc_conn_t *c) {
-  char buf[16384];
-  int n;
-  while ((n = ossl.BIO_read(c->wbio, buf, sizeof(buf))) > 0) {
-    int rc = socket_write(c, buf, (size_t) n);
-    if (rc < 0) return rc;
+/* Sends what the TLS engine wrote into its memory BIO with one write,
+ * read into the write request (hint: the bytes expected). */
+static int tls_drain(bt_grpc_conn_t *c, size_t hint) {
+  wbuild_t b = { 0 };
+  for (;;) {
+    size_t room;
+    int n, rc;
+    if (b.len == b.cap && (rc = wbuild_room(&b, b.cap ? 1 : hint)) < 0) {
+      free(b.w);
+      return rc;
+    }
+    room = b.cap - b.len;
+    n = ossl.BIO_read(c->wbio, b.w->data + b.len, (int) (room < 1u << 30 ? room : 1u << 30));
+    if (n <= 0) break;
+    b.len += (size_t) n;
   }
-  return 0;
+  return wbuild_write(c, &b);
 }
 
 /* Drains nghttp2's output into the socket. Runs nghttp2's (and so the
  * user's) callbacks: only from libuv callbacks. */
 static void conn_flush(bt_grpc_conn_t *c) {
+  wbuild_t b = { 0 };                /* http: the bytes go here at once */
   int rc = 0;
   if (c->closing || !c->transport_up || c->in_recv) return;
   c->wlen = 0;
@@ -407,28 +451,32 @@ static void conn_flush(bt_grpc_conn_t *c) {
     const uint8_t *p;
     ssize_t n = nghttp2_session_mem_send(c->h2, &p);
     if (n < 0) {
+      free(b.w);
       conn_fail(c, BT_EPROTO, "http2: %s", nghttp2_strerror((int) n));
       return;
     }
     if (n == 0) break;
-    if ((rc = wbuf_add(c, p, (size_t) n)) < 0) break;
-    if (c->closing) return;
+    rc = c->tls ? wbuf_add(c, p, (size_t) n) : wbuild_add(&b, p, (size_t) n);
+    if (rc < 0 || c->closing) break;
   }
-  if (c->closing) return;
-  if (rc == 0 && c->wlen) {
-    if (c->tls) {
-      int w = ossl.SSL_write(c->ssl, c->wbuf, (int) c->wlen);
-      if (w <= 0) {
-        char why[256];
-        tls_reason(c, why, sizeof(why));
-        conn_fail(c, BT_ETLS, "%s", why);
-        return;
-      }
-      rc = tls_drain(c);
-    } else {
-      rc = socket_write(c, c->wbuf, c->wlen);
+  if (c->closing) {
+    free(b.w);
+    return;
+  }
+  if (rc == 0 && c->tls && c->wlen) {
+    int w = ossl.SSL_write(c->ssl, c->wbuf, (int) c->wlen);
+    if (w <= 0) {
+      char why[256];
+      tls_reason(c, why, sizeof(why));
+      conn_fail(c, BT_ETLS, "%s", why);
+      return;
     }
+    /* the records: the plaintext and 5 + 8 + 16 bytes per 16 KiB */
+    rc = tls_drain(c, c->wlen + (c->wlen / 16384 + 1) * 32);
+  } else if (rc == 0) {
+    rc = wbuild_write(c, &b);
   }
+  free(b.w);                         /* (after a failure; else NULL) */
   c->wlen = 0;
   if (c->wcap > (1 << 20)) {         /* don't keep a big burst's buffer */
     free(c->wbuf);
@@ -706,7 +754,7 @@ static void tls_recv(bt_grpc_conn_t *c) {
     }
     switch (ossl.SSL_get_error(c->ssl, n)) {
     case SSL_ERROR_WANT_READ:
-      if (tls_drain(c) < 0) conn_fail(c, BT_ECONNRESET, "write failed");
+      if (tls_drain(c, 4096) < 0) conn_fail(c, BT_ECONNRESET, "write failed");
       return;
     case SSL_ERROR_ZERO_RETURN:
       conn_fail(c, BT_ECONNRESET, "connection closed by the server");
@@ -762,7 +810,7 @@ static void transport_up(bt_grpc_conn_t *c) {
 
 static void tls_handshake(bt_grpc_conn_t *c) {
   int rc = ossl.SSL_do_handshake(c->ssl);
-  if (tls_drain(c) < 0) {
+  if (tls_drain(c, 4096) < 0) {
     conn_fail(c, BT_ECONNRESET, "write failed");
     return;
   }
