@@ -388,7 +388,6 @@ static int wbuild_write(bt_grpc_conn_t *c, wbuild_t *b) {
     return rc;
   }
   c->st.writes++;
-  c->st.bytes_out += n;
   return 0;
 }
 
@@ -616,7 +615,6 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
-  if (f->hd.type < 10) c->st.frames_in[f->hd.type]++;
   if (c->closing) return 0;
   switch (f->hd.type) {
   case NGHTTP2_HEADERS:
@@ -672,10 +670,10 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
-  if (f->hd.type < 10) c->st.frames_out[f->hd.type]++;
   if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) c->st.ping_acks_out++;
   if (f->hd.type == NGHTTP2_HEADERS) {
     bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
+    c->st.headers_out++;
     if (s) s->headers_sent = 1;
   }
   return 0;
@@ -785,8 +783,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
-  c->st.reads++;
-  c->st.bytes_in += (uint64_t) n;
   if (!c->tls) {
     conn_recv(c, (const uint8_t *) buf->base, (size_t) n);
     return;
@@ -1214,14 +1210,6 @@ void bt_grpc_close(bt_grpc_conn_t *c) {
   c->err = 0;
   snprintf(c->msg, sizeof(c->msg), "%s: closed", c->url);
   conn_schedule(c);
-}
-
-int bt_grpc_ready(const bt_grpc_conn_t *c) {
-  return c && c->ready && !c->goaway && !c->closing;
-}
-
-const char *bt_grpc_url(const bt_grpc_conn_t *c) {
-  return c->url;
 }
 
 void bt_grpc_stats(const bt_grpc_conn_t *c, bt_grpc_stats_t *st) {
