@@ -222,22 +222,28 @@ static void stream_finish(bt_grpc_stream_t *s, int rst, int err, int status,
   if (!s->in_nghttp2) stream_free(s);
 }
 
-/* Ends s with a transport error; msg is "url: strerror (detail)". */
+/* A failure's message (grpc.h): "url: strerror" and " (detail)" when fmt
+ * gives one. */
+static void fail_msg(char *msg, size_t len, const char *url, int err, const char *fmt,
+                     va_list ap) {
+  char detail[400];
+  detail[0] = '\0';
+  if (fmt) vsnprintf(detail, sizeof(detail), fmt, ap);
+  if (detail[0])
+    snprintf(msg, len, "%s: %s (%s)", url, bt_strerror(err), detail);
+  else
+    snprintf(msg, len, "%s: %s", url, bt_strerror(err));
+}
+
+/* Ends s with a transport error; fmt (or NULL) gives the message's detail. */
 static void stream_fail(bt_grpc_stream_t *s, int rst, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void stream_fail(bt_grpc_stream_t *s, int rst, int err, const char *fmt, ...) {
-  char detail[300], msg[600];
+  char msg[600];
   va_list ap;
-  detail[0] = '\0';
-  if (fmt) {
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-  }
-  if (detail[0])
-    snprintf(msg, sizeof(msg), "%s: %s (%s)", s->c->url, bt_strerror(err), detail);
-  else
-    snprintf(msg, sizeof(msg), "%s: %s", s->c->url, bt_strerror(err));
+  va_start(ap, fmt);
+  fail_msg(msg, sizeof(msg), s->c->url, err, fmt, ap);
+  va_end(ap);
   stream_finish(s, rst, err, -1, msg);
 }
 
@@ -251,15 +257,8 @@ static void stream_after_cb(bt_grpc_stream_t *s) {
 
 /* ---- connection teardown ---------------------------------------------- */
 
-static void conn_maybe_free(bt_grpc_conn_t *c) {
-  bt_grpc_event_cb cb = c->cb;
-  void *arg = c->arg;
-  int err = c->err;
-  char msg[sizeof(c->msg)];
-  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
-  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
-  memcpy(msg, c->msg, sizeof(msg));
-  if (cb) cb(c, BT_GRPC_CLOSED, err, msg, arg);
+/* Frees c and what it holds (no handle of it may be open). */
+static void conn_free(bt_grpc_conn_t *c) {
   if (c->h2) nghttp2_session_del(c->h2);
   c->h2 = NULL;
   while (c->streams) stream_free(c->streams);
@@ -271,6 +270,16 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   free(c->host);
   free(c->authority);
   free(c);
+}
+
+/* Once torn down and every handle closed: CLOSED, then c is freed. */
+static void conn_maybe_free(bt_grpc_conn_t *c) {
+  char msg[sizeof(c->msg)];
+  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
+  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
+  memcpy(msg, c->msg, sizeof(msg));
+  if (c->cb) c->cb(c, BT_GRPC_CLOSED, c->err, msg, c->arg);
+  conn_free(c);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -304,21 +313,13 @@ again:
 }
 
 static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...) {
-  char detail[400];
   va_list ap;
   if (c->closing) return;
   c->closing = 1;
   c->err = err;
-  detail[0] = '\0';
-  if (fmt) {
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-  }
-  if (detail[0])
-    snprintf(c->msg, sizeof(c->msg), "%s: %s (%s)", c->url, bt_strerror(err), detail);
-  else
-    snprintf(c->msg, sizeof(c->msg), "%s: %s", c->url, bt_strerror(err));
+  va_start(ap, fmt);
+  fail_msg(c->msg, sizeof(c->msg), c->url, err, fmt, ap);
+  va_end(ap);
   conn_teardown(c);
 }
 
@@ -1117,16 +1118,6 @@ static int h2_setup(bt_grpc_conn_t *c) {
   return 0;
 }
 
-static void conn_free_early(bt_grpc_conn_t *c) {
-  if (c->h2) nghttp2_session_del(c->h2);
-  if (c->ssl) ossl.SSL_free(c->ssl);
-  if (c->ssl_ctx) ossl.SSL_CTX_free(c->ssl_ctx);
-  free(c->url);
-  free(c->host);
-  free(c->authority);
-  free(c);
-}
-
 bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
                                 bt_grpc_event_cb cb, void *arg, int *err,
                                 char *msg, size_t msglen) {
@@ -1151,30 +1142,30 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
   c->ping_timeout_ms = o->ping_timeout_ms > 0 ? o->ping_timeout_ms : 20000;
   c->max_message = o->max_message ? o->max_message : DEFAULT_MAX_MESSAGE;
   if (!(c->url = strdup(o->url))) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, BT_ENOMEM, "%s: out of memory", o->url);
     return NULL;
   }
   if ((rc = parse_url(c, o->url)) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, rc == BT_EINVAL
             ? "%s: invalid url (expected http://host:port or https://host:port)"
             : "%s: out of memory", o->url);
     return NULL;
   }
   if (c->tls && load_ossl() < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, BT_ENOTSUP, "%s: OpenSSL could not be loaded: %s", o->url,
             ossl_error);
     return NULL;
   }
   if (c->tls && (rc = tls_setup(c, o, why, sizeof(why))) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, "%s: tls error (%s)", o->url, why);
     return NULL;
   }
   if ((rc = h2_setup(c)) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, "%s: out of memory", o->url);
     return NULL;
   }
