@@ -61,7 +61,8 @@ typedef void (*bt_grpc_event_cb)(bt_grpc_conn_t *c, int event, int err,
                                  const char *msg, void *arg);
 
 /** Starts connecting. Returns NULL with *err (BT_EINVAL for a malformed
- * url, BT_ETLS for unreadable certificates, BT_ENOMEM) and msg. */
+ * url, BT_ENOTSUP for https when OpenSSL cannot be loaded, BT_ETLS for
+ * unreadable certificates, BT_ENOMEM) and msg. */
 bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
                                 bt_grpc_event_cb cb, void *arg, int *err,
                                 char *msg, size_t msglen);

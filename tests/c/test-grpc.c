@@ -4,7 +4,7 @@
  * with protobuf bytes packed by hand, and against scripted HTTP/2 servers
  * (uv_tcp listeners on 127.0.0.1 writing raw frames) for what etcd will
  * not do on demand: silence, a GOAWAY, a bad status, a compressed message,
- * an unanswered PING, a reset. About 5 s.
+ * an unanswered PING, PINGs answered (their spacing), a reset. About 5 s.
  */
 #define _GNU_SOURCE
 #include "grpc.h"
