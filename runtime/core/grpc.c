@@ -5,8 +5,9 @@
  * Flow. Bytes read from the socket go (through SSL_read for https) into
  * nghttp2_session_mem_recv, whose callbacks fill each stream's deframer and
  * report headers, trailers and stream ends. What nghttp2 wants to send is
- * drained with nghttp2_session_mem_send into one buffer per flush (through
- * SSL_write for https) and written with one uv_write.
+ * drained with nghttp2_session_mem_send straight into one write request per
+ * flush (for https: into one SSL_write, whose records are read from the
+ * memory BIO into the request) and written with one uv_write.
  *
  * Re-entrancy. API calls (open, send, cancel, close) only queue work in
  * nghttp2 and start the zero-delay `later` timer; the flush that may run
@@ -166,7 +167,7 @@ struct bt_grpc_conn_s {
   uint8_t ack_data[8];               /* its payload */
   int in_recv;                       /* inside nghttp2_session_mem_recv */
   char rbuf[READ_BUF];
-  uint8_t *wbuf;                     /* one flush's bytes */
+  uint8_t *wbuf;                     /* https: one flush's plaintext */
   size_t wlen, wcap;
   bt_grpc_stats_t st;
 };
@@ -210,22 +211,28 @@ static void stream_finish(bt_grpc_stream_t *s, int rst, int err, int status,
   if (!s->in_nghttp2) stream_free(s);
 }
 
-/* Ends s with a transport error; msg is "url: strerror (detail)". */
+/* A failure's message (grpc.h): "url: strerror" and " (detail)" when fmt
+ * gives one. */
+static void fail_msg(char *msg, size_t len, const char *url, int err, const char *fmt,
+                     va_list ap) {
+  char detail[400];
+  detail[0] = '\0';
+  if (fmt) vsnprintf(detail, sizeof(detail), fmt, ap);
+  if (detail[0])
+    snprintf(msg, len, "%s: %s (%s)", url, bt_strerror(err), detail);
+  else
+    snprintf(msg, len, "%s: %s", url, bt_strerror(err));
+}
+
+/* Ends s with a transport error; fmt (or NULL) gives the message's detail. */
 static void stream_fail(bt_grpc_stream_t *s, int rst, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void stream_fail(bt_grpc_stream_t *s, int rst, int err, const char *fmt, ...) {
-  char detail[300], msg[600];
+  char msg[600];
   va_list ap;
-  detail[0] = '\0';
-  if (fmt) {
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-  }
-  if (detail[0])
-    snprintf(msg, sizeof(msg), "%s: %s (%s)", s->c->url, bt_strerror(err), detail);
-  else
-    snprintf(msg, sizeof(msg), "%s: %s", s->c->url, bt_strerror(err));
+  va_start(ap, fmt);
+  fail_msg(msg, sizeof(msg), s->c->url, err, fmt, ap);
+  va_end(ap);
   stream_finish(s, rst, err, -1, msg);
 }
 
@@ -239,15 +246,8 @@ static void stream_after_cb(bt_grpc_stream_t *s) {
 
 /* ---- connection teardown ---------------------------------------------- */
 
-static void conn_maybe_free(bt_grpc_conn_t *c) {
-  bt_grpc_event_cb cb = c->cb;
-  void *arg = c->arg;
-  int err = c->err;
-  char msg[sizeof(c->msg)];
-  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
-  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
-  memcpy(msg, c->msg, sizeof(msg));
-  if (cb) cb(c, BT_GRPC_CLOSED, err, msg, arg);
+/* Frees c and what it holds (no handle of it may be open). */
+static void conn_free(bt_grpc_conn_t *c) {
   if (c->h2) nghttp2_session_del(c->h2);
   c->h2 = NULL;
   while (c->streams) stream_free(c->streams);
@@ -259,6 +259,16 @@ static void conn_maybe_free(bt_grpc_conn_t *c) {
   free(c->host);
   free(c->authority);
   free(c);
+}
+
+/* Once torn down and every handle closed: CLOSED, then c is freed. */
+static void conn_maybe_free(bt_grpc_conn_t *c) {
+  char msg[sizeof(c->msg)];
+  /* (closing without torn_down: bt_grpc_close's teardown is still to run) */
+  if (!c->torn_down || c->handles_open > 0 || c->gai_pending) return;
+  memcpy(msg, c->msg, sizeof(msg));
+  if (c->cb) c->cb(c, BT_GRPC_CLOSED, c->err, msg, c->arg);
+  conn_free(c);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -292,32 +302,31 @@ again:
 }
 
 static void conn_fail(bt_grpc_conn_t *c, int err, const char *fmt, ...) {
-  char detail[400];
   va_list ap;
   if (c->closing) return;
   c->closing = 1;
   c->err = err;
-  detail[0] = '\0';
-  if (fmt) {
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-  }
-  if (detail[0])
-    snprintf(c->msg, sizeof(c->msg), "%s: %s (%s)", c->url, bt_strerror(err), detail);
-  else
-    snprintf(c->msg, sizeof(c->msg), "%s: %s", c->url, bt_strerror(err));
+  va_start(ap, fmt);
+  fail_msg(c->msg, sizeof(c->msg), c->url, err, fmt, ap);
+  va_end(ap);
   conn_teardown(c);
 }
 
 /* ---- output ------------------------------------------------------------ */
 
+/* One socket write: the request and its bytes in one allocation, the
+ * bytes copied into it once (from nghttp2, or from the TLS BIO). */
 typedef struct {
   uv_write_t req;
   bt_grpc_conn_t *c;
-  size_t len;
   char data[];
 } wreq_t;
+
+/* A write being built: len of w's cap bytes filled. */
+typedef struct {
+  wreq_t *w;
+  size_t len, cap;
+} wbuild_t;
 
 static void on_write(uv_write_t *req, int status) {
   wreq_t *w = (wreq_t *) req;
@@ -328,6 +337,51 @@ static void on_write(uv_write_t *req, int status) {
               uv_strerror(status));
 }
 
+/* Makes room in b for n more bytes (4 KiB at least, doubling). */
+static int wbuild_room(wbuild_t *b, size_t n) {
+  size_t cap;
+  wreq_t *nw;
+  if (b->len + n <= b->cap) return 0;
+  cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + n) cap *= 2;
+  if (!(nw = realloc(b->w, sizeof(*nw) + cap))) return BT_ENOMEM;
+  b->w = nw;
+  b->cap = cap;
+  return 0;
+}
+
+static int wbuild_add(wbuild_t *b, const void *p, size_t n) {
+  int rc = wbuild_room(b, n);
+  if (rc < 0) return rc;
+  memcpy(b->w->data + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+/* Writes what b holds with one uv_write (none when empty). b's request
+ * goes to libuv (on_write frees it) or is freed here; b is left empty. */
+static int wbuild_write(bt_grpc_conn_t *c, wbuild_t *b) {
+  wreq_t *w = b->w;
+  size_t n = b->len;
+  uv_buf_t buf;
+  int rc;
+  b->w = NULL;
+  b->len = b->cap = 0;
+  if (n == 0) {
+    free(w);
+    return 0;
+  }
+  w->c = c;
+  buf = uv_buf_init(w->data, (unsigned) n);
+  if ((rc = uv_write(&w->req, (uv_stream_t *) &c->tcp, &buf, 1, on_write)) < 0) {
+    free(w);
+    return rc;
+  }
+  c->st.writes++;
+  return 0;
+}
+
+/* https: one flush's plaintext, for one SSL_write (few TLS records). */
 static int wbuf_add(bt_grpc_conn_t *c, const void *p, size_t n) {
   if (c->wlen + n > c->wcap) {
     size_t cap = c->wcap ? c->wcap : 16384;
@@ -339,25 +393,6 @@ static int wbuf_add(bt_grpc_conn_t *c, const void *p, size_t n) {
   }
   memcpy(c->wbuf + c->wlen, p, n);
   c->wlen += n;
-  return 0;
-}
-
-static int socket_write(bt_grpc_conn_t *c, const void *p, size_t n) {
-  wreq_t *w;
-  uv_buf_t b;
-  int rc;
-  if (n == 0) return 0;
-  if (!(w = malloc(sizeof(*w) + n))) return BT_ENOMEM;
-  w->c = c;
-  w->len = n;
-  memcpy(w->data, p, n);
-  b = uv_buf_init(w->data, (unsigned) n);
-  if ((rc = uv_write(&w->req, (uv_stream_t *) &c->tcp, &b, 1, on_write)) < 0) {
-    free(w);
-    return rc;
-  }
-  c->st.writes++;
-  c->st.bytes_out += n;
   return 0;
 }
 
@@ -375,20 +410,29 @@ static void tls_reason(bt_grpc_conn_t *c, char *buf, size_t len) {
   ossl.ERR_clear_error();
 }
 
-/* Sends what the TLS engine wrote into its memory BIO. */
-static int tls_drain(bt_grpc_conn_t *c) {
-  char buf[16384];
-  int n;
-  while ((n = ossl.BIO_read(c->wbio, buf, sizeof(buf))) > 0) {
-    int rc = socket_write(c, buf, (size_t) n);
-    if (rc < 0) return rc;
+/* Sends what the TLS engine wrote into its memory BIO with one write,
+ * read into the write request (hint: the bytes expected). */
+static int tls_drain(bt_grpc_conn_t *c, size_t hint) {
+  wbuild_t b = { 0 };
+  for (;;) {
+    size_t room;
+    int n, rc;
+    if (b.len == b.cap && (rc = wbuild_room(&b, b.cap ? 1 : hint)) < 0) {
+      free(b.w);
+      return rc;
+    }
+    room = b.cap - b.len;
+    n = ossl.BIO_read(c->wbio, b.w->data + b.len, (int) (room < 1u << 30 ? room : 1u << 30));
+    if (n <= 0) break;
+    b.len += (size_t) n;
   }
-  return 0;
+  return wbuild_write(c, &b);
 }
 
 /* Drains nghttp2's output into the socket. Runs nghttp2's (and so the
  * user's) callbacks: only from libuv callbacks. */
 static void conn_flush(bt_grpc_conn_t *c) {
+  wbuild_t b = { 0 };                /* http: the bytes go here at once */
   int rc = 0;
   if (c->closing || !c->transport_up || c->in_recv) return;
   c->wlen = 0;
@@ -396,28 +440,32 @@ static void conn_flush(bt_grpc_conn_t *c) {
     const uint8_t *p;
     ssize_t n = nghttp2_session_mem_send(c->h2, &p);
     if (n < 0) {
+      free(b.w);
       conn_fail(c, BT_EPROTO, "http2: %s", nghttp2_strerror((int) n));
       return;
     }
     if (n == 0) break;
-    if ((rc = wbuf_add(c, p, (size_t) n)) < 0) break;
-    if (c->closing) return;
+    rc = c->tls ? wbuf_add(c, p, (size_t) n) : wbuild_add(&b, p, (size_t) n);
+    if (rc < 0 || c->closing) break;
   }
-  if (c->closing) return;
-  if (rc == 0 && c->wlen) {
-    if (c->tls) {
-      int w = ossl.SSL_write(c->ssl, c->wbuf, (int) c->wlen);
-      if (w <= 0) {
-        char why[256];
-        tls_reason(c, why, sizeof(why));
-        conn_fail(c, BT_ETLS, "%s", why);
-        return;
-      }
-      rc = tls_drain(c);
-    } else {
-      rc = socket_write(c, c->wbuf, c->wlen);
+  if (c->closing) {
+    free(b.w);
+    return;
+  }
+  if (rc == 0 && c->tls && c->wlen) {
+    int w = ossl.SSL_write(c->ssl, c->wbuf, (int) c->wlen);
+    if (w <= 0) {
+      char why[256];
+      tls_reason(c, why, sizeof(why));
+      conn_fail(c, BT_ETLS, "%s", why);
+      return;
     }
+    /* the records: the plaintext and 5 + 8 + 16 bytes per 16 KiB */
+    rc = tls_drain(c, c->wlen + (c->wlen / 16384 + 1) * 32);
+  } else if (rc == 0) {
+    rc = wbuild_write(c, &b);
   }
+  free(b.w);                         /* (after a failure; else NULL) */
   c->wlen = 0;
   if (c->wcap > (1 << 20)) {         /* don't keep a big burst's buffer */
     free(c->wbuf);
@@ -557,7 +605,6 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
-  if (f->hd.type < 10) c->st.frames_in[f->hd.type]++;
   if (c->closing) return 0;
   switch (f->hd.type) {
   case NGHTTP2_HEADERS:
@@ -579,7 +626,10 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
     break;
   case NGHTTP2_PING:
     if (f->hd.flags & NGHTTP2_FLAG_ACK) {
+      /* The timer waits for ping_sent + ping_timeout_ms: bring it back to
+       * the next PING's time (last_read + ping_interval_ms). */
       c->ping_sent = 0;
+      conn_arm(c, conn_next_due(c));
       break;
     }
     c->st.pings_in++;
@@ -610,10 +660,10 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f,
 static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f,
                          void *ud) {
   bt_grpc_conn_t *c = ud;
-  if (f->hd.type < 10) c->st.frames_out[f->hd.type]++;
   if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) c->st.ping_acks_out++;
   if (f->hd.type == NGHTTP2_HEADERS) {
     bt_grpc_stream_t *s = stream_of(h2, f->hd.stream_id);
+    c->st.headers_out++;
     if (s) s->headers_sent = 1;
   }
   return 0;
@@ -692,7 +742,7 @@ static void tls_recv(bt_grpc_conn_t *c) {
     }
     switch (ossl.SSL_get_error(c->ssl, n)) {
     case SSL_ERROR_WANT_READ:
-      if (tls_drain(c) < 0) conn_fail(c, BT_ECONNRESET, "write failed");
+      if (tls_drain(c, 4096) < 0) conn_fail(c, BT_ECONNRESET, "write failed");
       return;
     case SSL_ERROR_ZERO_RETURN:
       conn_fail(c, BT_ECONNRESET, "connection closed by the server");
@@ -723,8 +773,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
-  c->st.reads++;
-  c->st.bytes_in += (uint64_t) n;
   if (!c->tls) {
     conn_recv(c, (const uint8_t *) buf->base, (size_t) n);
     return;
@@ -748,7 +796,7 @@ static void transport_up(bt_grpc_conn_t *c) {
 
 static void tls_handshake(bt_grpc_conn_t *c) {
   int rc = ossl.SSL_do_handshake(c->ssl);
-  if (tls_drain(c) < 0) {
+  if (tls_drain(c, 4096) < 0) {
     conn_fail(c, BT_ECONNRESET, "write failed");
     return;
   }
@@ -896,9 +944,15 @@ again:
         return;
       }
     } else if (now >= c->last_read + (uint64_t) c->ping_interval_ms) {
-      if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
-        c->ping_sent = now ? now : 1;
+      /* (Failing, it would leave the PING due and the timer firing at
+       * once, again and again; nghttp2 fails it for memory only.) */
+      int rv = nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL);
+      if (rv != 0) {
+        conn_fail(c, rv == NGHTTP2_ERR_NOMEM ? BT_ENOMEM : BT_EPROTO, "PING: %s",
+                  nghttp2_strerror(rv));
+        return;
       }
+      c->ping_sent = now ? now : 1;
     }
   }
   if (c->ack_due && now >= c->ack_due) ack_send(c);
@@ -1053,16 +1107,6 @@ static int h2_setup(bt_grpc_conn_t *c) {
   return 0;
 }
 
-static void conn_free_early(bt_grpc_conn_t *c) {
-  if (c->h2) nghttp2_session_del(c->h2);
-  if (c->ssl) ossl.SSL_free(c->ssl);
-  if (c->ssl_ctx) ossl.SSL_CTX_free(c->ssl_ctx);
-  free(c->url);
-  free(c->host);
-  free(c->authority);
-  free(c);
-}
-
 bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
                                 bt_grpc_event_cb cb, void *arg, int *err,
                                 char *msg, size_t msglen) {
@@ -1087,30 +1131,30 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
   c->ping_timeout_ms = o->ping_timeout_ms > 0 ? o->ping_timeout_ms : 20000;
   c->max_message = o->max_message ? o->max_message : DEFAULT_MAX_MESSAGE;
   if (!(c->url = strdup(o->url))) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, BT_ENOMEM, "%s: out of memory", o->url);
     return NULL;
   }
   if ((rc = parse_url(c, o->url)) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, rc == BT_EINVAL
             ? "%s: invalid url (expected http://host:port or https://host:port)"
             : "%s: out of memory", o->url);
     return NULL;
   }
   if (c->tls && load_ossl() < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, BT_ENOTSUP, "%s: OpenSSL could not be loaded: %s", o->url,
             ossl_dl.error);
     return NULL;
   }
   if (c->tls && (rc = tls_setup(c, o, why, sizeof(why))) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, "%s: tls error (%s)", o->url, why);
     return NULL;
   }
   if ((rc = h2_setup(c)) < 0) {
-    conn_free_early(c);
+    conn_free(c);
     set_err(err, msg, msglen, rc, "%s: out of memory", o->url);
     return NULL;
   }
@@ -1146,14 +1190,6 @@ void bt_grpc_close(bt_grpc_conn_t *c) {
   c->err = 0;
   snprintf(c->msg, sizeof(c->msg), "%s: closed", c->url);
   conn_schedule(c);
-}
-
-int bt_grpc_ready(const bt_grpc_conn_t *c) {
-  return c && c->ready && !c->goaway && !c->closing;
-}
-
-const char *bt_grpc_url(const bt_grpc_conn_t *c) {
-  return c->url;
 }
 
 void bt_grpc_stats(const bt_grpc_conn_t *c, bt_grpc_stats_t *st) {

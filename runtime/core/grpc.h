@@ -61,7 +61,8 @@ typedef void (*bt_grpc_event_cb)(bt_grpc_conn_t *c, int event, int err,
                                  const char *msg, void *arg);
 
 /** Starts connecting. Returns NULL with *err (BT_EINVAL for a malformed
- * url, BT_ETLS for unreadable certificates, BT_ENOMEM) and msg. */
+ * url, BT_ENOTSUP for https when OpenSSL cannot be loaded, BT_ETLS for
+ * unreadable certificates, BT_ENOMEM) and msg. */
 bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
                                 bt_grpc_event_cb cb, void *arg, int *err,
                                 char *msg, size_t msglen);
@@ -71,9 +72,6 @@ bt_grpc_conn_t *bt_grpc_connect(uv_loop_t *loop, const bt_grpc_conn_opts_t *o,
  * come (also while a failed connection is ending: a no-op then), never
  * after. */
 void bt_grpc_close(bt_grpc_conn_t *c);
-
-/** 1 once connected and not going away (new streams will be accepted). */
-int bt_grpc_ready(const bt_grpc_conn_t *c);
 
 /* A stream's callbacks. on_message gets each whole message (its bytes
  * valid during the call only). on_close comes once, last: err is a BT_E*
@@ -130,20 +128,11 @@ void bt_grpc_cancel(bt_grpc_stream_t *s);
  * to the socket). */
 int bt_grpc_stream_unsent(const bt_grpc_stream_t *s);
 
-/** The connection's url, as given. */
-const char *bt_grpc_url(const bt_grpc_conn_t *c);
-
-/* What went over a connection so far, for benches and tests (what a
- * request costs the server: each socket write is a segment the server
- * wakes up for). */
+/* What went over a connection so far, for tests (what a request costs the
+ * server: each socket write is a segment the server wakes up for). */
 typedef struct {
   uint64_t writes;            /* socket writes (uv_write calls) */
-  uint64_t bytes_out;         /* bytes written (TLS records for https) */
-  uint64_t reads;             /* socket reads that returned data */
-  uint64_t bytes_in;
-  uint64_t frames_out[10];    /* HTTP/2 frames sent, by type (DATA 0 ..
-                                 CONTINUATION 9) */
-  uint64_t frames_in[10];     /* frames received, by type */
+  uint64_t headers_out;       /* HEADERS frames sent (one per stream) */
   uint64_t pings_in;          /* the server's PINGs (not ACKs) */
   uint64_t ping_acks_out;     /* our ACKs to them */
 } bt_grpc_stats_t;

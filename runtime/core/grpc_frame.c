@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The largest buffer kept once its message is delivered. */
+#define DEFRAMER_KEEP ((size_t) 1 << 20)
+
 /* Appends n bytes to the message being reassembled, growing the buffer as
  * bytes arrive (not by the length the peer announced) up to d->len. */
 static int deframer_append(bt__grpc_deframer_t *d, const uint8_t *p, size_t n) {
@@ -72,6 +75,13 @@ int bt__grpc_deframe(bt__grpc_deframer_t *d, const uint8_t *p, size_t len,
       d->len = 0;
       d->have = 0;
       rc = fn(ml ? d->buf : empty, ml, arg);
+      /* Don't keep a big message's buffer for the stream's life (a Watch
+       * that once got a 30 MB event). */
+      if (d->cap > DEFRAMER_KEEP) {
+        free(d->buf);
+        d->buf = NULL;
+        d->cap = 0;
+      }
       if (rc != 0) return rc;
     }
   }

@@ -1,8 +1,9 @@
 /*
  * gRPC's pure helpers (runtime/core/grpc_frame.c), TAP: the deframer fed
  * in every split of a stream of messages, the compressed flag, the size
- * limit, a callback that stops it, and grpc-message's percent-decoding
- * (bad escapes kept, the output cut to its buffer). No network.
+ * limit, a callback that stops it, a big message's buffer released, and
+ * grpc-message's percent-decoding (bad escapes kept, the output cut to its
+ * buffer). No network.
  */
 #include "grpc.h"
 #include "err.h"
@@ -71,6 +72,33 @@ static void test_splits(void) {
   }
 }
 
+static int count(const uint8_t *m, size_t len, void *arg) {
+  *(size_t *) arg += len;
+  return 0;
+}
+
+/* A message reassembled in a buffer over 1 MiB: the buffer goes once the
+ * message is delivered (it stayed for the stream's life); a small one's
+ * stays for the next message. */
+static void test_buffer_released(void) {
+  enum { BIG = 3 << 20 };
+  uint8_t *m = calloc(1, 5 + BIG);
+  bt__grpc_deframer_t d = { .max = (size_t) 64 << 20 };
+  size_t got = 0;
+  m[1] = (uint8_t) (BIG >> 24); m[2] = (uint8_t) (BIG >> 16);
+  m[3] = (uint8_t) (BIG >> 8); m[4] = (uint8_t) BIG;
+  bt__grpc_deframe(&d, m, 5 + BIG / 2, count, &got);
+  ok(got == 0 && d.cap >= BIG / 2, "half of a 3 MiB message: in the deframer's buffer");
+  bt__grpc_deframe(&d, m + 5 + BIG / 2, BIG - BIG / 2, count, &got);
+  is_int(got, BIG, "the whole message delivered");
+  ok(d.buf == NULL && d.cap == 0, "then its buffer is released (cap %zu)", d.cap);
+  bt__grpc_deframe(&d, STREAM, 20, count, &got);
+  bt__grpc_deframe(&d, STREAM + 20, sizeof(STREAM) - 20, count, &got);
+  ok(d.buf != NULL && d.cap > 0, "a small split message's buffer is kept");
+  bt__grpc_deframer_free(&d);
+  free(m);
+}
+
 static void test_errors(void) {
   static const uint8_t compressed[] = { 1, 0, 0, 0, 1, 'x' };
   static const uint8_t big[] = { 0, 0, 0, 0, 11, 'h', 'e', 'l', 'l', 'o' };
@@ -135,6 +163,7 @@ static void test_percent(void) {
 
 int main(void) {
   test_splits();
+  test_buffer_released();
   test_errors();
   test_percent();
   return tap_done();

@@ -4,12 +4,13 @@
  * with protobuf bytes packed by hand, and against scripted HTTP/2 servers
  * (uv_tcp listeners on 127.0.0.1 writing raw frames) for what etcd will
  * not do on demand: silence, a GOAWAY, a bad status, a compressed message,
- * an unanswered PING, a reset. About 5 s.
+ * an unanswered PING, PINGs answered (their spacing), a reset. About 5 s.
  */
 #define _GNU_SOURCE
 #include "grpc.h"
 #include "err.h"
 #include "tap.h"
+#include "uvrun.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ typedef struct {
   int ready, goaway, closed, closed_err;
   char closed_msg[600], goaway_msg[600];
   int closed_after_streams;        /* every watched stream ended before CLOSED */
-  int ready_at_goaway, open_at_goaway;
+  int open_at_goaway;
   int *streams_open;
 } conn_rec_t;
 
@@ -37,7 +38,6 @@ static void on_event(bt_grpc_conn_t *c, int ev, int err, const char *msg, void *
   if (ev == BT_GRPC_READY) r->ready++;
   if (ev == BT_GRPC_GOAWAY) {
     bt_grpc_stream_t *s;
-    r->ready_at_goaway = bt_grpc_ready(c);
     r->open_at_goaway = bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, NULL, &s);
     r->goaway++;
     snprintf(r->goaway_msg, sizeof(r->goaway_msg), "%s", msg ? msg : "");
@@ -90,26 +90,6 @@ static void on_big(bt_grpc_stream_t *s, const uint8_t *m, size_t len, void *arg)
   big_len += len;
 }
 static const bt_grpc_stream_cbs_t big_cbs = { on_big, on_close };
-
-static int timed_out;
-static void on_guard(uv_timer_t *t) { timed_out = 1; }
-
-/* Runs the loop until *flag >= want or ms pass; returns 1 if reached. */
-static int run_until(int *flag, int want, long ms) {
-  uv_timer_t guard;
-  timed_out = 0;
-  uv_timer_init(loop, &guard);
-  uv_timer_start(&guard, on_guard, (uint64_t) ms, 0);
-  while (*flag < want && !timed_out) uv_run(loop, UV_RUN_ONCE);
-  uv_close((uv_handle_t *) &guard, NULL);
-  uv_run(loop, UV_RUN_NOWAIT);
-  return *flag >= want;
-}
-
-static void run_for(long ms) {
-  int never = 0;
-  run_until(&never, 1, ms);
-}
 
 static uint64_t now_ms(void) { return uv_hrtime() / 1000000; }
 
@@ -205,6 +185,11 @@ typedef struct {
   uint8_t rx[8192];                /* the first of them */
   size_t rxlen;
   uv_tcp_t *peer;
+  int ack_pings;                   /* answers the client's PINGs */
+  int npings;                      /* PINGs seen (with ack_pings) */
+  uint64_t ping_at[16];            /* when the first ones came (now_ms) */
+  uint8_t fh[9 + 8];               /* the frame header being read, a PING's payload */
+  size_t fhave, skip;              /* its bytes so far; bytes left to skip */
 } srv_t;
 
 static void srv_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
@@ -219,6 +204,41 @@ static void srv_write(uv_tcp_t *t, const uint8_t *p, size_t n) {
 
 static void srv_peer_closed(uv_handle_t *h) { free(h); }
 
+/* Follows the client's frames as they stream in (after the 24-byte
+ * preface, skipped as srv_start set s->skip) and ACKs each PING. */
+static void srv_ack_pings(srv_t *s, uv_tcp_t *t, const uint8_t *p, size_t n) {
+  while (n > 0) {
+    size_t want, k;
+    if (s->skip) {
+      k = n < s->skip ? n : s->skip;
+      s->skip -= k;
+      p += k;
+      n -= k;
+      continue;
+    }
+    want = s->fhave < 9 ? 9 : 9 + 8;
+    k = want - s->fhave < n ? want - s->fhave : n;
+    memcpy(s->fh + s->fhave, p, k);
+    s->fhave += k;
+    p += k;
+    n -= k;
+    if (s->fhave < want) return;
+    if (s->fhave == 9) {
+      size_t len = (size_t) s->fh[0] << 16 | (size_t) s->fh[1] << 8 | s->fh[2];
+      if (s->fh[3] == 6 && !(s->fh[4] & 1) && len == 8) continue;   /* a PING: its payload */
+      s->skip = len;
+      s->fhave = 0;
+      continue;
+    }
+    if (s->npings < (int) (sizeof(s->ping_at) / sizeof(s->ping_at[0])))
+      s->ping_at[s->npings] = now_ms();
+    s->npings++;
+    s->fh[4] = 1;                  /* ACK, same payload */
+    srv_write(t, s->fh, sizeof(s->fh));
+    s->fhave = 0;
+  }
+}
+
 static void srv_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
   srv_t *s = st->data;
   if (n < 0) {
@@ -229,6 +249,7 @@ static void srv_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
   if (n == 0) return;
   if (s->got == 0 && s->on_data) srv_write((uv_tcp_t *) st, s->on_data, s->on_data_len);
   s->got += (int) n;
+  if (s->ack_pings) srv_ack_pings(s, (uv_tcp_t *) st, (const uint8_t *) b->base, (size_t) n);
   if (s->rxlen + (size_t) n <= sizeof(s->rx)) {
     memcpy(s->rx + s->rxlen, b->base, (size_t) n);
     s->rxlen += (size_t) n;
@@ -260,6 +281,7 @@ static void srv_start(srv_t *s) {
   uv_ip4_addr("127.0.0.1", 0, &a);
   uv_tcp_init(loop, &s->listener);
   s->listener.data = s;
+  s->skip = 24;                    /* the client's preface */
   uv_tcp_bind(&s->listener, (const struct sockaddr *) &a, 0);
   uv_listen((uv_stream_t *) &s->listener, 8, srv_accept);
   uv_tcp_getsockname(&s->listener, (struct sockaddr *) &got, &len);
@@ -273,29 +295,26 @@ static void srv_stop(srv_t *s) {
   run_for(20);
 }
 
-/* Connects to the scripted server and runs one stream to its end (its
- * request side left open when srv_call_open). */
-static int srv_call_open;
-static bt_grpc_conn_t *srv_call(srv_t *s, conn_rec_t *r, call_t *call, long ping_ms,
-                                long connect_ms) {
+/* Connects to the scripted server s with opts (its url set here; NULL for
+ * the defaults) and opens one stream, its empty message sent with its
+ * request side ended unless open. */
+static bt_grpc_conn_t *srv_open(srv_t *s, const bt_grpc_conn_opts_t *opts, int open,
+                                conn_rec_t *r, call_t *call) {
   char url[64];
   bt_grpc_conn_opts_t o = { 0 };
   bt_grpc_conn_t *c;
   bt_grpc_stream_t *st;
   int err;
   char msg[256];
+  if (opts) o = *opts;
   snprintf(url, sizeof(url), "http://127.0.0.1:%d", s->port);
   o.url = url;
-  o.connect_timeout_ms = connect_ms;
-  o.ping_interval_ms = ping_ms;
-  o.ping_timeout_ms = ping_ms ? 300 : 0;
   memset(r, 0, sizeof(*r));
   memset(call, 0, sizeof(*call));
   c = bt_grpc_connect(loop, &o, on_event, r, &err, msg, sizeof(msg));
   if (!c) return NULL;
   if (bt_grpc_open(c, "/x.Y/Z", NULL, 0, &cbs, call, &st) == 0)
-    bt_grpc_send(st, (const uint8_t *) "", 0, !srv_call_open);
-  run_until(&call->closed, 1, 5000);
+    bt_grpc_send(st, (const uint8_t *) "", 0, !open);
   return c;
 }
 
@@ -319,7 +338,6 @@ static void test_unary(bt_grpc_conn_t *c, conn_rec_t *r) {
      "Put: the response starts with its header (field 1)");
   is_int(call.unsent, 0, "Put: a call that ran is not unsent");
   ok(r->ready == 1, "READY came once");
-  ok(bt_grpc_ready(c), "bt_grpc_ready is 1 once connected");
 
   n = pb_kv(buf, key, NULL);
   unary(c, "/etcdserverpb.KV/Range", buf, n, 5000, &call);
@@ -339,7 +357,7 @@ static void test_unary(bt_grpc_conn_t *c, conn_rec_t *r) {
   is_str(call.message, "etcdserver: key is not provided", "its message");
 }
 
-static void test_metadata_and_deadline(bt_grpc_conn_t *c) {
+static void test_metadata_and_deadline(bt_grpc_conn_t *c, const char *url) {
   uint8_t watch[128];
   char key[128];
   call_t call;
@@ -362,7 +380,7 @@ static void test_metadata_and_deadline(bt_grpc_conn_t *c) {
   ok(now_ms() - t0 >= 290 && now_ms() - t0 < 3000, "after about 300 ms (%llu)",
      (unsigned long long) (now_ms() - t0));
   is_int(call.nmsg, 1, "after the created response");
-  ok(strstr(call.message, "deadline") != NULL && strstr(call.message, bt_grpc_url(c)) != NULL,
+  ok(strstr(call.message, "deadline") != NULL && strstr(call.message, url) != NULL,
      "the message says why and names the url: %s", call.message);
 }
 
@@ -435,8 +453,8 @@ static void test_paced_writes(const char *url) {
   most = (now_ms() - t0) / 50 + 2;
   bt_grpc_stats(c, &st);
   is_int(good, N, "%d paced Puts answered", N);
-  is_int((int) (st.frames_out[1] - st0.frames_out[1]), N,
-         "the stats count one HEADERS frame (type 1) sent per call");
+  is_int((int) (st.headers_out - st0.headers_out), N,
+         "the stats count one HEADERS frame sent per call");
   ok(st.pings_in > st0.pings_in, "etcd sent PINGs meanwhile (%llu)",
      (unsigned long long) (st.pings_in - st0.pings_in));
   ok(st.ping_acks_out - st0.ping_acks_out <= most,
@@ -820,125 +838,156 @@ static void test_refused(void) {
   is_int(r.ready, 0, "no READY");
 }
 
+/* A scripted server writing on_accept at once and on_data when the
+ * client's bytes come (either may be NULL), started in *s. */
+static void script_start(srv_t *s, const uint8_t *on_accept, size_t on_accept_len,
+                         const uint8_t *on_data, size_t on_data_len) {
+  memset(s, 0, sizeof(*s));
+  s->on_accept = on_accept;
+  s->on_accept_len = on_accept_len;
+  s->on_data = on_data;
+  s->on_data_len = on_data_len;
+  srv_start(s);
+}
+
+/* Closes c unless it ended already, runs until CLOSED, stops s. */
+static void script_end(srv_t *s, bt_grpc_conn_t *c, conn_rec_t *r) {
+  if (c && !r->closed) bt_grpc_close(c);
+  run_until(&r->closed, 1, 3000);
+  srv_stop(s);
+}
+
+/* Scripts answering a call after the server's SETTINGS, and how the call
+ * ends: its err, its status, a part of its message. */
+static void test_scripted_answers(void) {
+  static uint8_t compressed[sizeof(HDR_200) + sizeof(DATA_COMPRESSED)];
+  static const struct {
+    const char *what;
+    const uint8_t *script;
+    size_t len;
+    int open;                      /* the request side left open */
+    int err, status;
+    const char *says;              /* in the message, or NULL */
+  } cases[] = {
+    { "HTTP 404: EPROTO saying so", HDR_404_END, sizeof(HDR_404_END), 0, BT_EPROTO, -1,
+      "HTTP status 404" },
+    { "a stream ended without grpc-status: EPROTO", HDR_200_END, sizeof(HDR_200_END), 0,
+      BT_EPROTO, -1, "grpc-status" },
+    /* and no RST_STREAM after the trailers: the call ends at them */
+    { "the server's trailers end a call whose request side is open", TRAILERS_ONLY_5,
+      sizeof(TRAILERS_ONLY_5), 1, 0, 5, NULL },
+    { "a compressed message: EPROTO", compressed, sizeof(compressed), 0, BT_EPROTO, -1,
+      "compressed" },
+  };
+  size_t i;
+  memcpy(compressed, HDR_200, sizeof(HDR_200));
+  memcpy(compressed + sizeof(HDR_200), DATA_COMPRESSED, sizeof(DATA_COMPRESSED));
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    srv_t s;
+    conn_rec_t r;
+    call_t call;
+    bt_grpc_conn_t *c;
+    script_start(&s, SETTINGS, sizeof(SETTINGS), cases[i].script, cases[i].len);
+    c = srv_open(&s, NULL, cases[i].open, &r, &call);
+    run_until(&call.closed, 1, 5000);
+    ok(call.closed == 1 && call.err == cases[i].err && call.status == cases[i].status &&
+       call.nmsg == 0 && (!cases[i].says || strstr(call.message, cases[i].says)),
+       "%s (err %d status %d: %s)", cases[i].what, call.err, call.status, call.message);
+    is_int(r.ready, 1, "READY came with the server's SETTINGS");
+    script_end(&s, c, &r);
+  }
+}
+
 static void test_scripted(void) {
   srv_t s;
   conn_rec_t r;
   call_t call;
+  bt_grpc_conn_opts_t o = { 0 };
   bt_grpc_conn_t *c;
   uint64_t t0;
-  uint8_t buf[64];
 
   /* Silence: the connect timeout. */
-  memset(&s, 0, sizeof(s));
-  srv_start(&s);
+  script_start(&s, NULL, 0, NULL, 0);
   t0 = now_ms();
-  c = srv_call(&s, &r, &call, 0, 300);
+  o.connect_timeout_ms = 300;
+  c = srv_open(&s, &o, 0, &r, &call);
   run_until(&r.closed, 1, 3000);
   is_int(r.closed_err, BT_ETIMEDOUT, "a server that never answers: ETIMEDOUT");
   ok(now_ms() - t0 >= 290 && now_ms() - t0 < 2000, "after the 300 ms connect timeout");
   ok(call.closed == 1 && call.err == BT_ETIMEDOUT, "the stream ends with it too");
-  srv_stop(&s);
+  script_end(&s, c, &r);
 
-  /* SETTINGS, then a 404. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-  s.on_data = HDR_404_END; s.on_data_len = sizeof(HDR_404_END);
-  srv_start(&s);
-  c = srv_call(&s, &r, &call, 0, 0);
-  ok(call.err == BT_EPROTO && strstr(call.message, "HTTP status 404"),
-     "HTTP 404: EPROTO saying so (%s)", call.message);
-  is_int(r.ready, 1, "READY came with the server's SETTINGS");
-  bt_grpc_close(c);
-  run_until(&r.closed, 1, 3000);
-  srv_stop(&s);
-
-  /* 200 and END_STREAM without grpc-status. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-  s.on_data = HDR_200_END; s.on_data_len = sizeof(HDR_200_END);
-  srv_start(&s);
-  c = srv_call(&s, &r, &call, 0, 0);
-  ok(call.err == BT_EPROTO && strstr(call.message, "grpc-status"),
-     "a stream ended without grpc-status: EPROTO (%s)", call.message);
-  bt_grpc_close(c);
-  run_until(&r.closed, 1, 3000);
-  srv_stop(&s);
-
-  /* Trailers-only while our side is open, and no RST_STREAM after them:
-   * the call ends at the trailers. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-  s.on_data = TRAILERS_ONLY_5; s.on_data_len = sizeof(TRAILERS_ONLY_5);
-  srv_start(&s);
-  srv_call_open = 1;
-  c = srv_call(&s, &r, &call, 0, 0);
-  srv_call_open = 0;
-  ok(call.closed == 1 && call.err == 0 && call.status == 5,
-     "the server's trailers end a call whose request side is open (err %d status %d)",
-     call.err, call.status);
-  bt_grpc_close(c);
-  run_until(&r.closed, 1, 3000);
-  srv_stop(&s);
-
-  /* A compressed message. */
-  {
-    static uint8_t script[sizeof(HDR_200) + sizeof(DATA_COMPRESSED)];
-    memcpy(script, HDR_200, sizeof(HDR_200));
-    memcpy(script + sizeof(HDR_200), DATA_COMPRESSED, sizeof(DATA_COMPRESSED));
-    memset(&s, 0, sizeof(s));
-    s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-    s.on_data = script; s.on_data_len = sizeof(script);
-    srv_start(&s);
-    c = srv_call(&s, &r, &call, 0, 0);
-    ok(call.err == BT_EPROTO && call.nmsg == 0 && strstr(call.message, "compressed"),
-       "a compressed message: EPROTO (%s)", call.message);
-    bt_grpc_close(c);
-    run_until(&r.closed, 1, 3000);
-    srv_stop(&s);
-  }
+  test_scripted_answers();
 
   /* GOAWAY with last stream id 0: our stream 1 was refused. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-  s.on_data = GOAWAY0; s.on_data_len = sizeof(GOAWAY0);
-  srv_start(&s);
-  c = srv_call(&s, &r, &call, 0, 0);
+  script_start(&s, SETTINGS, sizeof(SETTINGS), GOAWAY0, sizeof(GOAWAY0));
+  c = srv_open(&s, NULL, 0, &r, &call);
+  run_until(&call.closed, 1, 5000);
   is_int(r.goaway, 1, "GOAWAY: the event");
   ok(call.closed == 1 && call.err == BT_EUNAVAIL && call.unsent == 1,
      "a stream above last_stream_id ends EUNAVAIL, unsent (%s)", call.message);
-  is_int(r.ready_at_goaway, 0, "bt_grpc_ready is 0 after GOAWAY");
-  is_int(r.open_at_goaway, BT_EUNAVAIL, "and bt_grpc_open gives EUNAVAIL");
+  is_int(r.open_at_goaway, BT_EUNAVAIL, "after GOAWAY, bt_grpc_open gives EUNAVAIL");
   run_until(&r.closed, 1, 3000);
   ok(r.closed == 1 && r.closed_err == BT_EUNAVAIL,
      "with no stream left, the connection ends by itself: EUNAVAIL (%s)", r.closed_msg);
-  srv_stop(&s);
+  script_end(&s, c, &r);
 
   /* The server closes after reading the request: ECONNRESET, not unsent. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
+  script_start(&s, SETTINGS, sizeof(SETTINGS), NULL, 0);
   s.close_on_data = 1;
-  srv_start(&s);
-  c = srv_call(&s, &r, &call, 0, 0);
+  c = srv_open(&s, NULL, 0, &r, &call);
   run_until(&r.closed, 1, 3000);
   ok(call.err == BT_ECONNRESET && call.unsent == 0,
      "a connection closed under a sent stream: ECONNRESET, not unsent (%s)", call.message);
   is_int(r.closed_err, BT_ECONNRESET, "CLOSED with ECONNRESET");
-  srv_stop(&s);
+  script_end(&s, c, &r);
 
   /* SETTINGS, then silence under an open stream: the PING goes unanswered. */
-  memset(&s, 0, sizeof(s));
-  s.on_accept = SETTINGS; s.on_accept_len = sizeof(SETTINGS);
-  srv_start(&s);
+  script_start(&s, SETTINGS, sizeof(SETTINGS), NULL, 0);
   t0 = now_ms();
-  c = srv_call(&s, &r, &call, 200, 5000);
+  o.connect_timeout_ms = 5000;
+  o.ping_interval_ms = 200;
+  o.ping_timeout_ms = 300;
+  c = srv_open(&s, &o, 0, &r, &call);
   run_until(&r.closed, 1, 8000);
   is_int(r.closed_err, BT_ETIMEDOUT, "an unanswered PING: ETIMEDOUT");
   ok(strstr(r.closed_msg, "PING") != NULL, "saying so: %s", r.closed_msg);
   ok(now_ms() - t0 >= 450 && now_ms() - t0 < 2500, "after interval + timeout (%llu ms)",
      (unsigned long long) (now_ms() - t0));
   ok(call.closed == 1 && call.err == BT_ETIMEDOUT, "its stream ends ETIMEDOUT");
-  srv_stop(&s);
-  (void) buf;
+  script_end(&s, c, &r);
+}
+
+/* PINGs answered at once go every ping_interval, also when ping_timeout is
+ * longer (etcd.c makes it twice the connect timeout): the ACK brings the
+ * timer back from the PING's timeout to the next PING. (It did not: the
+ * PINGs went every ping_timeout, and a dead peer took up to twice that to
+ * find.) */
+static void test_ping_interval(void) {
+  srv_t s;
+  conn_rec_t r;
+  call_t call;
+  bt_grpc_conn_opts_t o = { 0 };
+  bt_grpc_conn_t *c;
+  int i, even = 1;
+  script_start(&s, SETTINGS, sizeof(SETTINGS), NULL, 0);
+  s.ack_pings = 1;
+  o.ping_interval_ms = 100;
+  o.ping_timeout_ms = 1000;
+  c = srv_open(&s, &o, 1, &r, &call);
+  run_until(&s.npings, 4, 2500);
+  ok(s.npings >= 4, "PINGs every 100 ms with a 1 s timeout, answered: 4 of them within 2.5 s "
+     "(%d)", s.npings);
+  for (i = 1; i < s.npings && i < 4; i++) {
+    uint64_t gap = s.ping_at[i] - s.ping_at[i - 1];
+    if (gap < 90 || gap > 500) {
+      printf("# PING %d came %llu ms after the one before\n", i, (unsigned long long) gap);
+      even = 0;
+    }
+  }
+  ok(s.npings >= 4 && even, "each about ping_interval after the one before");
+  ok(call.closed == 0 && r.closed == 0, "answered PINGs end nothing");
+  script_end(&s, c, &r);
 }
 
 /* The server's PINGs are answered with their payloads, the newest held
@@ -991,6 +1040,7 @@ int main(void) {
   test_bad_urls();
   test_refused();
   test_scripted();
+  test_ping_interval();
   test_ping_ack();
 
   if (!eps || !*eps) {
@@ -1010,7 +1060,7 @@ int main(void) {
     ok(c != NULL, "connect to %s", url);
     if (c && strncmp(url, "http://", 7) == 0) {
       test_unary(c, &r);
-      test_metadata_and_deadline(c);
+      test_metadata_and_deadline(c, url);
       test_many(c);
       test_bidi(c);
       test_watch_events(c);
