@@ -49,7 +49,8 @@
  * SSL_CTX_set_min_proto_version, are spelt out as the *_ctrl calls they
  * stand for). The libraries are never unloaded. */
 #define OSSL_FUNCS(XX)                                                        \
-  XX(BIO_free) XX(BIO_new) XX(BIO_read) XX(BIO_s_mem) XX(BIO_write)           \
+  XX(BIO_ctrl_pending) XX(BIO_free) XX(BIO_new) XX(BIO_read) XX(BIO_s_mem)   \
+  XX(BIO_write)                                                               \
   XX(ERR_clear_error) XX(ERR_get_error) XX(ERR_reason_error_string)           \
   XX(SSL_CTX_check_private_key) XX(SSL_CTX_ctrl) XX(SSL_CTX_free)             \
   XX(SSL_CTX_load_verify_locations) XX(SSL_CTX_new)                           \
@@ -414,6 +415,9 @@ static void tls_reason(bt_grpc_conn_t *c, char *buf, size_t len) {
  * read into the write request (hint: the bytes expected). */
 static int tls_drain(bt_grpc_conn_t *c, size_t hint) {
   wbuild_t b = { 0 };
+  size_t pending = ossl.BIO_ctrl_pending(c->wbio);
+  if (pending == 0) return 0; /* (after most reads: nothing to send) */
+  if (pending > hint) hint = pending;
   for (;;) {
     size_t room;
     int n, rc;
