@@ -377,13 +377,14 @@ static int enc_field(enc_t *e, ProtobufCMessage *m,
   if (f->label == PROTOBUF_C_LABEL_REPEATED) {
     size_t *n = AT(m, f->quantifier_offset), sz = elem_size(f->type);
     void **arr = AT(m, f->offset);
+    const cJSON *v;
     int count, i;
     if (!cJSON_IsArray(j)) return fail(e, "an array expected, got %s", json_type(j));
     count = cJSON_GetArraySize(j);
     if (count == 0) return 0;
     if (!(*arr = calloc((size_t) count, sz))) return BT_ENOMEM;
-    for (i = 0; i < count; i++) {
-      const cJSON *v = cJSON_GetArrayItem(j, i);
+    /* along the list: cJSON_GetArrayItem walks it from the head each time */
+    for (i = 0, v = j->child; v && i < count; i++, v = v->next) {
       size_t old = push(e, "[%d]", i);
       /* counted first: zeroed elements are safe to free */
       *n = (size_t) i + 1;
