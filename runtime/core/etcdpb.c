@@ -59,13 +59,6 @@ static const bt_etcdpb_method_t methods[] = {
     lease_time_to_live_request, lease_time_to_live_response, 0),
   M("/v3/lease/leases", "Lease", "LeaseLeases", lease_leases_request,
     lease_leases_response, 0),
-  /* the gateway's older spellings of the same three */
-  M("/v3/kv/lease/revoke", "Lease", "LeaseRevoke", lease_revoke_request,
-    lease_revoke_response, 0),
-  M("/v3/kv/lease/timetolive", "Lease", "LeaseTimeToLive",
-    lease_time_to_live_request, lease_time_to_live_response, 0),
-  M("/v3/kv/lease/leases", "Lease", "LeaseLeases", lease_leases_request,
-    lease_leases_response, 0),
   M("/v3/cluster/member/list", "Cluster", "MemberList", member_list_request,
     member_list_response, 0),
   M("/v3/maintenance/status", "Maintenance", "Status", status_request,
