@@ -60,9 +60,7 @@ static void init_descs(void) {
     "/v3/kv/range", "/v3/kv/put", "/v3/kv/deleterange", "/v3/kv/txn",
     "/v3/kv/compaction", "/v3/watch", "/v3/lease/grant", "/v3/lease/revoke",
     "/v3/lease/keepalive", "/v3/lease/timetolive", "/v3/lease/leases",
-    "/v3/cluster/member/list", "/v3/maintenance/status",
-    "/v3/maintenance/alarm", "/v3/auth/authenticate", "/v3/auth/user/get",
-    "/v3/auth/role/get", "/v3/auth/role/grant", "/v3/auth/user/add",
+    "/v3/maintenance/status", "/v3/auth/authenticate",
   };
   if (n_descs) return;
   for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
