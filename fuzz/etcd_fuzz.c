@@ -1,24 +1,19 @@
 /*
- * libFuzzer target for the C side of what etcd's gRPC API answers, above
- * the transport (grpc.c's framing has its own target): how baton maps a
- * gRPC status and grpc-message to BT_E* codes (bt_etcd_map_status), reads
- * a Watch stream's responses (bt__etcd_watch_res, on protobuf bytes
- * decoded by etcdpb.c as etcd.c does, and on JSON directly), reads int64
- * fields (bt_etcd_int64) of decoded answers, decodes base64 keys and
- * values (b64.c, what lua/baton/etcd.lua calls on every kv), and splits
- * endpoint lists.
+ * libFuzzer target for the etcd client's pure helpers that read what
+ * etcd (or the operator) says, above the transport: how baton maps a
+ * call's gRPC status and grpc-message to BT_E* codes (bt_etcd_map_status),
+ * base64 (b64.c, what lua/baton/etcd.lua calls on every kv) and endpoint
+ * lists. (etcd's protobuf answers, the Watch stream's responses among
+ * them, are fuzz/etcdpb_fuzz.c's.)
  *
  * Input: two bytes (little-endian) whose value modulo 20 is a gRPC
- * status, then a body. Every function sees the body. Checked, besides
+ * status (0, OK, is never mapped: map_status is not called then), then a
+ * body: the grpc-message (cut at a NUL, as a header is),
+ * and the bytes that base64 and the endpoint list see. Checked, besides
  * crashes, sanitizer reports and leaks:
  *   - map_status returns one of its documented codes whatever the status,
  *     message and buffer size, and always writes a NUL-terminated,
  *     non-empty message that fits;
- *   - a watch response that reads has revisions in 0..INT64_MAX-1 (so the
- *     watch's revision + 1 cannot overflow) and non-empty events only; a
- *     decoded protobuf WatchResponse always reads (etcdpb.c writes int64
- *     as decimal strings, events as an array);
- *   - a decoded LeaseKeepAliveResponse has an ID and a TTL that read;
  *   - base64 round-trips: encode then decode gives the bytes back, and a
  *     decoded input re-encodes to something that decodes the same; decode
  *     never writes past n / 4 * 3 bytes;
@@ -31,8 +26,7 @@
  */
 #include "b64.h"
 #include "err.h"
-#include "etcd_int.h"
-#include "etcdpb.h"
+#include "etcd.h"
 #include "http.h"
 
 #include <stdint.h>
@@ -62,23 +56,6 @@ static void check_map_status(int status, const char *body, size_t len) {
   CHECK(memchr(tiny, 0, sizeof(tiny)) && !strncmp(tiny, msg, strlen(tiny)));
   CHECK(bt_etcd_map_status(status, text, NULL, 0) == err);
   free(text);
-}
-
-/* Reads a decoded watch response; decoded says it came from etcdpb.c,
- * which must always give a readable one. */
-static void check_watch_res(const cJSON *j, int decoded) {
-  bt__watch_res_t r;
-  if (bt__etcd_watch_res(j, &r)) {
-    CHECK(!decoded);
-    return;
-  }
-  CHECK(r.cancel_reason);
-  CHECK(r.revision >= 0 && r.revision < INT64_MAX);
-  CHECK(r.compact_revision >= 0 && r.compact_revision < INT64_MAX);
-  CHECK(r.last_mod >= 0 && r.last_mod < INT64_MAX);
-  CHECK(!r.events || (cJSON_IsArray(r.events) &&
-                      cJSON_GetArraySize(r.events) > 0));
-  CHECK(r.events || r.last_mod == 0);
 }
 
 /* Decodes a base64 string of n bytes into a buffer of exactly n / 4 * 3
@@ -115,41 +92,6 @@ static void check_b64(const uint8_t *p, size_t n) {
   check_unb64((const char *) p, n);
 }
 
-/* Walks a parsed answer: every member as an int64 field (bt_etcd_int64
- * never fails other than with EPROTO, and leaves 0 then), every "key" and
- * "value" string through base64 as the Lua side decodes kvs. */
-static void walk(const cJSON *j, int depth) {
-  const cJSON *c;
-  if (depth > 64) return;
-  for (c = j->child; c; c = c->next) {
-    if (cJSON_IsObject(j) && c->string) {
-      int64_t v = 1;
-      int rc = bt_etcd_int64(j, c->string, &v);
-      CHECK(rc == 0 || (rc == BT_EPROTO && v == 0));
-      if (cJSON_IsString(c) && (!strcmp(c->string, "key") ||
-                                !strcmp(c->string, "value")))
-        check_unb64(c->valuestring, strlen(c->valuestring));
-    }
-    walk(c, depth + 1);
-  }
-}
-
-/* 1 when a decoded response carries a revision etcd.c refuses (negative
- * or INT64_MAX: compact_revision or the last event's mod_revision). */
-static int big_rev(const cJSON *j) {
-  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "events");
-  int64_t v = 0;
-  bt_etcd_int64(j, "compact_revision", &v);
-  if (v < 0 || v == INT64_MAX) return 1;
-  if (cJSON_GetArraySize(ev) > 0) {
-    const cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
-    v = 0;
-    bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(last, "kv"), "mod_revision", &v);
-    if (v < 0 || v == INT64_MAX) return 1;
-  }
-  return 0;
-}
-
 static void check_endpoints(const char *list) {
   char **eps, msg[300];
   int n;
@@ -171,40 +113,18 @@ static void check_endpoints(const char *list) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const bt_etcdpb_method_t *watch = bt_etcdpb_method("/v3/watch");
-  const bt_etcdpb_method_t *keep = bt_etcdpb_method("/v3/lease/keepalive");
-  int status, err;
+  int status;
   const char *body;
   size_t len;
   char *str;
-  cJSON *j;
 
   if (size < 2) return 0;
   status = (data[0] | data[1] << 8) % 20;
   body = (const char *) data + 2;
   len = size - 2;
 
-  check_map_status(status, body, len);
-  if ((j = bt_etcdpb_decode(watch->res, data + 2, len, &err))) {
-    /* revisions beyond INT64_MAX - 1 are etcd's to send and ours to
-     * refuse: only the other invariants hold for any decoded bytes */
-    int64_t rev = 0;
-    bt_etcd_int64(cJSON_GetObjectItemCaseSensitive(j, "header"), "revision", &rev);
-    check_watch_res(j, rev >= 0 && rev < INT64_MAX && !big_rev(j));
-    walk(j, 0);
-    cJSON_Delete(j);
-  }
-  if ((j = bt_etcdpb_decode(keep->res, data + 2, len, &err))) {
-    int64_t v;
-    CHECK(bt_etcd_int64(j, "ID", &v) == 0 && bt_etcd_int64(j, "TTL", &v) == 0);
-    cJSON_Delete(j);
-  }
+  if (status) check_map_status(status, body, len); /* 0 is OK: never mapped */
   check_b64(data + 2, len);
-  if ((j = cJSON_ParseWithLength(body, len))) {
-    check_watch_res(j, 0);
-    walk(j, 0);
-    cJSON_Delete(j);
-  }
   str = malloc(len + 1);
   CHECK(str);
   memcpy(str, body, len);

@@ -53,15 +53,13 @@ M.prefix_end = prefix_end
 
 local function map_kv(kv)
   if not kv then return nil end
-  local lease = kv.lease
-  if lease == "0" then lease = nil end
   return {
     key = kv.key and unb64(kv.key) or "",
     value = kv.value and unb64(kv.value) or "",
     create_revision = num(kv.create_revision),
     mod_revision = num(kv.mod_revision),
     version = num(kv.version),
-    lease = lease,
+    lease = kv.lease,
   }
 end
 

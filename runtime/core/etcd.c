@@ -4,8 +4,11 @@
  *
  * Transport: one HTTP/2 connection per endpoint (grpc.h), made when first
  * needed; every unary call is a stream on the preferred endpoint's
- * connection. Requests and answers keep the JSON form of etcd's gateway
- * (etcdpb.h converts), so callers see the same shapes as before.
+ * connection. A call's request and answer keep the JSON form of etcd's
+ * gateway (etcdpb.h converts), so callers see the same shapes as before;
+ * the requests this file makes itself on the shared streams (watch
+ * creates and cancels, lease renewals) are packed directly with
+ * protoc-c's structs.
  *
  * Shared streams: ONE Watch stream carries every watch of the client (each
  * with a watch_id chosen here, never reused), and ONE LeaseKeepAlive stream
@@ -19,8 +22,8 @@
  * authenticate again (once per call) and re-open it.
  */
 #include "etcd_int.h"
-#include "b64.h"
 #include "err.h"
+#include "etcd.pb-c.h"
 #include "etcdpb.h"
 #include "fence.h"
 #include "grpc.h"
@@ -619,7 +622,8 @@ enum { W_OFF, W_CREATING, W_ON };
 struct bt_etcd_watch_s {
   bt_etcd_t *c;
   bt_etcd_watch_t *prev, *next;
-  char *key, *range_end;      /* base64 */
+  uint8_t *key, *range_end;   /* bytes; range_end NULL when none */
+  size_t key_len, range_end_len;
   int prev_kv, no_put, no_delete;
   long idle_ms;
   int64_t next_rev;           /* 0 until the first created response */
@@ -677,30 +681,27 @@ static void watch_maybe_close(bt_etcd_watch_t *w) {
   uv_close((uv_handle_t *) &w->timer, on_watch_timer_close);
 }
 
-/* Sends a request on the Watch stream (JSON in the gateway's form). */
-static int ws_send(bt_etcd_t *c, const cJSON *req) {
-  const bt_etcdpb_method_t *m = c->wm;
-  uint8_t *buf;
+/* Packs req and sends it on the Watch stream. Returns 0 or BT_E*. */
+static int ws_send(bt_etcd_t *c, const Etcdserverpb__WatchRequest *req) {
   size_t len;
-  char text[TEXTLEN];
+  uint8_t *buf;
   int err;
-  if (!c->ws || !m) return BT_ECLOSED;
-  err = bt_etcdpb_encode(m->req, req, &buf, &len, text, sizeof(text));
-  if (err) return err;
+  if (!c->ws) return BT_ECLOSED;
+  len = etcdserverpb__watch_request__get_packed_size(req);
+  if (!(buf = malloc(len ? len : 1))) return BT_ENOMEM;
+  etcdserverpb__watch_request__pack(req, buf);
   err = bt_grpc_send(c->ws, buf, len, 0);
   free(buf);
   return err;
 }
 
 static void ws_cancel_id(bt_etcd_t *c, int64_t id) {
-  cJSON *j = cJSON_CreateObject(), *cr;
-  char s[32];
-  if (!j) return;
-  cr = cJSON_AddObjectToObject(j, "cancel_request");
-  snprintf(s, sizeof(s), "%lld", (long long) id);
-  cJSON_AddStringToObject(cr, "watch_id", s);
-  ws_send(c, j);
-  cJSON_Delete(j);
+  Etcdserverpb__WatchRequest req = ETCDSERVERPB__WATCH_REQUEST__INIT;
+  Etcdserverpb__WatchCancelRequest cr = ETCDSERVERPB__WATCH_CANCEL_REQUEST__INIT;
+  cr.watch_id = id;
+  req.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CANCEL_REQUEST;
+  req.cancel_request = &cr;
+  ws_send(c, &req);
 }
 
 /* Takes w off the Watch stream (cancelling it there if it was on). */
@@ -968,8 +969,10 @@ static int ws_open(bt_etcd_t *c, char *msg, size_t msglen) {
 
 static void watch_connect(bt_etcd_watch_t *w) {
   bt_etcd_t *c = w->c;
-  cJSON *j, *cr;
-  char rev[32], msg[ERRLEN];
+  Etcdserverpb__WatchRequest req = ETCDSERVERPB__WATCH_REQUEST__INIT;
+  Etcdserverpb__WatchCreateRequest cr = ETCDSERVERPB__WATCH_CREATE_REQUEST__INIT;
+  Etcdserverpb__WatchCreateRequest__FilterType filters[2];
+  char msg[ERRLEN];
   int err;
 
   if (w->stopping || c->closing) return;
@@ -994,26 +997,23 @@ static void watch_connect(bt_etcd_watch_t *w) {
     c->capcreating = cap;
   }
   w->id = ++c->next_wid;
-  j = cJSON_CreateObject();
-  cr = cJSON_AddObjectToObject(j, "create_request");
-  cJSON_AddStringToObject(cr, "key", w->key);
-  if (w->range_end) cJSON_AddStringToObject(cr, "range_end", w->range_end);
-  if (w->next_rev > 0) {
-    snprintf(rev, sizeof(rev), "%lld", (long long) w->next_rev);
-    cJSON_AddStringToObject(cr, "start_revision", rev);
-  }
-  if (w->prev_kv) cJSON_AddTrueToObject(cr, "prev_kv");
-  cJSON_AddTrueToObject(cr, "progress_notify");
-  if (w->no_put || w->no_delete) {
-    cJSON *f = cJSON_AddArrayToObject(cr, "filters");
-    if (w->no_put) cJSON_AddItemToArray(f, cJSON_CreateString("NOPUT"));
-    if (w->no_delete) cJSON_AddItemToArray(f, cJSON_CreateString("NODELETE"));
-  }
-  snprintf(rev, sizeof(rev), "%lld", (long long) w->id);
-  cJSON_AddStringToObject(cr, "watch_id", rev);
-  cJSON_AddTrueToObject(cr, "fragment");
-  err = ws_send(c, j);
-  cJSON_Delete(j);
+  cr.key.data = w->key;
+  cr.key.len = w->key_len;
+  cr.range_end.data = w->range_end;
+  cr.range_end.len = w->range_end_len;
+  cr.start_revision = w->next_rev > 0 ? w->next_rev : 0;
+  cr.prev_kv = w->prev_kv != 0;
+  cr.progress_notify = 1;
+  if (w->no_put)
+    filters[cr.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT;
+  if (w->no_delete)
+    filters[cr.n_filters++] = ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NODELETE;
+  cr.filters = filters;
+  cr.watch_id = w->id;
+  cr.fragment = 1;
+  req.request_union_case = ETCDSERVERPB__WATCH_REQUEST__REQUEST_UNION_CREATE_REQUEST;
+  req.create_request = &cr;
+  err = ws_send(c, &req);
   if (err) {
     snprintf(msg, sizeof(msg), "etcd %s: watch request: %s", c->eps[c->ws_ep],
              bt_strerror(err));
@@ -1041,9 +1041,11 @@ static void watch_auth_ready(bt_etcd_t *c) {
   }
 }
 
-static char *b64dup(const char *p, size_t n) {
-  char *s = malloc(bt_b64_enclen(n));
-  if (s) bt_b64_encode(s, p, n);
+/* A malloc'd copy of n bytes (one byte at least, so that NULL means no
+ * memory). */
+static uint8_t *bytesdup(const char *p, size_t n) {
+  uint8_t *s = malloc(n ? n : 1);
+  if (s && n) memcpy(s, p, n);
   return s;
 }
 
@@ -1054,8 +1056,10 @@ int bt_etcd_watch(bt_etcd_t *c, const bt_etcd_watch_opts_t *o,
   if (!o->key) return BT_EINVAL;
   w = calloc(1, sizeof(*w));
   if (!w) return BT_ENOMEM;
-  w->key = b64dup(o->key, o->key_len);
-  w->range_end = o->range_end ? b64dup(o->range_end, o->range_end_len) : NULL;
+  w->key = bytesdup(o->key, o->key_len);
+  w->key_len = o->key_len;
+  w->range_end = o->range_end ? bytesdup(o->range_end, o->range_end_len) : NULL;
+  w->range_end_len = o->range_end ? o->range_end_len : 0;
   if (!w->key || (o->range_end && !w->range_end)) {
     free(w->key);
     free(w->range_end);
@@ -1114,6 +1118,8 @@ struct bt_etcd_keep_s {
   bt_etcd_keep_t *prev, *next;
   char id[24];
   int64_t lid;
+  uint8_t req[16];           /* its LeaseKeepAliveRequest, packed once */
+  size_t req_len;
   int64_t ttl;
   uint64_t last_ok;          /* ms, monotonic: send time of the last success */
   uint64_t sent_at;
@@ -1344,25 +1350,13 @@ static int ks_open(bt_etcd_t *c, char *msg, size_t msglen) {
   return 0;
 }
 
-/* Sends one renewal of lease id; 0, 1 (waiting for a token) or BT_E*. */
-static int ks_renew(bt_etcd_t *c, int64_t id, char *msg, size_t msglen) {
-  const bt_etcdpb_method_t *m = c->km;
-  cJSON *j;
-  uint8_t *buf = NULL;
-  size_t len;
-  char s[32];
+/* Sends one renewal, req (a packed LeaseKeepAliveRequest, len bytes);
+ * 0, 1 (waiting for a token) or BT_E*. */
+static int ks_renew(bt_etcd_t *c, const uint8_t *req, size_t len, char *msg,
+                    size_t msglen) {
   int err = ks_open(c, msg, msglen);
   if (err) return err;
-  j = cJSON_CreateObject();
-  snprintf(s, sizeof(s), "%lld", (long long) id);
-  if (!j || !cJSON_AddStringToObject(j, "ID", s)) {
-    cJSON_Delete(j);
-    return BT_ENOMEM;
-  }
-  err = bt_etcdpb_encode(m->req, j, &buf, &len, msg, msglen);
-  cJSON_Delete(j);
-  if (!err) err = bt_grpc_send(c->ks, buf, len, 0);
-  free(buf);
+  err = bt_grpc_send(c->ks, req, len, 0);
   if (err) bt__etcd_set_msg(msg, msglen, "etcd %s: keepalive: %s", c->eps[c->ks_ep], bt_strerror(err));
   return err;
 }
@@ -1372,7 +1366,7 @@ static int ks_renew(bt_etcd_t *c, int64_t id, char *msg, size_t msglen) {
 static int keep_call_send(bt_etcd_call_t *call) {
   bt_etcd_t *c = call->c;
   char msg[ERRLEN];
-  int err = ks_renew(c, call->lease, msg, sizeof(msg));
+  int err = ks_renew(c, call->req, call->len, msg, sizeof(msg));
   if (err == 1) {
     call->waiting_auth = 1;
     return 0;
@@ -1409,7 +1403,7 @@ static void on_keep_timer(uv_timer_t *t) {
     keep_arm(k, 250);
     return;
   }
-  err = ks_renew(c, k->lid, msg, sizeof(msg));
+  err = ks_renew(c, k->req, k->req_len, msg, sizeof(msg));
   if (err) {
     k->waiting_auth = err == 1;
     keep_arm(k, 250);
@@ -1439,6 +1433,7 @@ static void keep_auth_ready(bt_etcd_t *c) {
 int bt_etcd_keep(bt_etcd_t *c, const char *id, int64_t ttl, bt_etcd_keep_cb cb,
                  void *arg, bt_etcd_keep_t **out) {
   bt_etcd_keep_t *k;
+  Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
   char *end;
   long long lid;
   if (c->closing) return BT_ECLOSED;
@@ -1451,6 +1446,9 @@ int bt_etcd_keep(bt_etcd_t *c, const char *id, int64_t ttl, bt_etcd_keep_cb cb,
   k->c = c;
   snprintf(k->id, sizeof(k->id), "%s", id);
   k->lid = lid;
+  req.id = lid;
+  /* at most 11 bytes: a tag and a 10-byte varint */
+  k->req_len = etcdserverpb__lease_keep_alive_request__pack(&req, k->req);
   k->ttl = ttl;
   k->last_ok = mono_ms();
   k->cb = cb;

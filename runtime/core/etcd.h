@@ -5,10 +5,12 @@
  * The engine moves requests and streams: it picks the endpoint, fails over
  * to the next one when that is safe, authenticates (the "token" metadata,
  * re-authenticating when etcd says the token is invalid), maps gRPC
- * statuses to BT_E* codes, keeps leases alive and resumes watches. It does
- * not know the shape of each request: callers hand it JSON bodies in the
- * form of etcd's JSON gateway and get the answer in that form (etcdpb.h
- * converts to and from protobuf).
+ * statuses to BT_E* codes, keeps leases alive and resumes watches. The
+ * requests of its own streams (watch creates and cancels, lease renewals)
+ * it packs itself; bt_etcd_call takes any request as a JSON body in the
+ * form of etcd's JSON gateway and gives the answer in that form (etcdpb.h
+ * converts to and from protobuf), so that its callers need not know
+ * protobuf.
  */
 #ifndef BATON_ETCD_H
 #define BATON_ETCD_H

@@ -1,7 +1,8 @@
 /*
  * Inside the etcd client: the pure core of the Watch stream's
  * demultiplexer and of reading etcd's errors, apart from the client, so
- * that they can be unit-tested and fuzzed (fuzz/etcd_fuzz.c) without a
+ * that they can be unit-tested and fuzzed (fuzz/etcdpb_fuzz.c reads the
+ * WatchResponses it decodes, fuzz/etcd_fuzz.c maps statuses) without a
  * server (etcd_pure.c).
  */
 #ifndef BATON_ETCD_INT_H

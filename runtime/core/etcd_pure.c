@@ -67,7 +67,7 @@ int bt_etcd_map_status(int status, const char *message, char *msg,
   const char *text = message && message[0] ? message : NULL;
   int err;
 
-  if (!text) text = status == 0 ? "malformed response" : "etcd error without a message";
+  if (!text) text = "etcd error without a message";
   if (bt__etcd_contains(text, "compacted")) err = BT_ECOMPACTED;
   else if (bt__etcd_contains(text, "future revision")) err = BT_EFUTUREREV;
   else if (bt__etcd_contains(text, "lease not found")) err = BT_ENOLEASE;

@@ -59,54 +59,10 @@ static const bt_etcdpb_method_t methods[] = {
     lease_time_to_live_request, lease_time_to_live_response, 0),
   M("/v3/lease/leases", "Lease", "LeaseLeases", lease_leases_request,
     lease_leases_response, 0),
-  /* the gateway's older spellings of the same three */
-  M("/v3/kv/lease/revoke", "Lease", "LeaseRevoke", lease_revoke_request,
-    lease_revoke_response, 0),
-  M("/v3/kv/lease/timetolive", "Lease", "LeaseTimeToLive",
-    lease_time_to_live_request, lease_time_to_live_response, 0),
-  M("/v3/kv/lease/leases", "Lease", "LeaseLeases", lease_leases_request,
-    lease_leases_response, 0),
-  M("/v3/cluster/member/list", "Cluster", "MemberList", member_list_request,
-    member_list_response, 0),
   M("/v3/maintenance/status", "Maintenance", "Status", status_request,
     status_response, 0),
-  M("/v3/maintenance/alarm", "Maintenance", "Alarm", alarm_request,
-    alarm_response, 0),
-  M("/v3/auth/enable", "Auth", "AuthEnable", auth_enable_request,
-    auth_enable_response, 0),
-  M("/v3/auth/disable", "Auth", "AuthDisable", auth_disable_request,
-    auth_disable_response, 0),
   M("/v3/auth/authenticate", "Auth", "Authenticate", authenticate_request,
     authenticate_response, 0),
-  M("/v3/auth/user/add", "Auth", "UserAdd", auth_user_add_request,
-    auth_user_add_response, 0),
-  M("/v3/auth/user/get", "Auth", "UserGet", auth_user_get_request,
-    auth_user_get_response, 0),
-  M("/v3/auth/user/list", "Auth", "UserList", auth_user_list_request,
-    auth_user_list_response, 0),
-  M("/v3/auth/user/delete", "Auth", "UserDelete", auth_user_delete_request,
-    auth_user_delete_response, 0),
-  M("/v3/auth/user/changepw", "Auth", "UserChangePassword",
-    auth_user_change_password_request, auth_user_change_password_response,
-    0),
-  M("/v3/auth/user/grant", "Auth", "UserGrantRole",
-    auth_user_grant_role_request, auth_user_grant_role_response, 0),
-  M("/v3/auth/user/revoke", "Auth", "UserRevokeRole",
-    auth_user_revoke_role_request, auth_user_revoke_role_response, 0),
-  M("/v3/auth/role/add", "Auth", "RoleAdd", auth_role_add_request,
-    auth_role_add_response, 0),
-  M("/v3/auth/role/get", "Auth", "RoleGet", auth_role_get_request,
-    auth_role_get_response, 0),
-  M("/v3/auth/role/list", "Auth", "RoleList", auth_role_list_request,
-    auth_role_list_response, 0),
-  M("/v3/auth/role/delete", "Auth", "RoleDelete", auth_role_delete_request,
-    auth_role_delete_response, 0),
-  M("/v3/auth/role/grant", "Auth", "RoleGrantPermission",
-    auth_role_grant_permission_request, auth_role_grant_permission_response,
-    0),
-  M("/v3/auth/role/revoke", "Auth", "RoleRevokePermission",
-    auth_role_revoke_permission_request,
-    auth_role_revoke_permission_response, 0),
 };
 #undef M
 
@@ -377,13 +333,14 @@ static int enc_field(enc_t *e, ProtobufCMessage *m,
   if (f->label == PROTOBUF_C_LABEL_REPEATED) {
     size_t *n = AT(m, f->quantifier_offset), sz = elem_size(f->type);
     void **arr = AT(m, f->offset);
+    const cJSON *v;
     int count, i;
     if (!cJSON_IsArray(j)) return fail(e, "an array expected, got %s", json_type(j));
     count = cJSON_GetArraySize(j);
     if (count == 0) return 0;
     if (!(*arr = calloc((size_t) count, sz))) return BT_ENOMEM;
-    for (i = 0; i < count; i++) {
-      const cJSON *v = cJSON_GetArrayItem(j, i);
+    /* along the list: cJSON_GetArrayItem walks it from the head each time */
+    for (i = 0, v = j->child; v && i < count; i++, v = v->next) {
       size_t old = push(e, "[%d]", i);
       /* counted first: zeroed elements are safe to free */
       *n = (size_t) i + 1;

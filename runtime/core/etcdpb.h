@@ -2,8 +2,8 @@
  * etcd's v3 messages and their JSON form.
  *
  * proto/etcd.proto is the subset of etcd's API baton speaks (the KV,
- * Watch, Lease, Auth, Maintenance and Cluster services; mvcc's KeyValue
- * and Event), written for baton with etcd's field numbers, which are the
+ * Watch and Lease services, Maintenance's Status, Auth's Authenticate;
+ * mvcc's KeyValue and Event), written for baton with etcd's field numbers, which are the
  * wire contract. protoc-c compiles it at build time (build/gen/).
  *
  * Above the transport, baton keeps speaking the JSON that etcd's own

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/etcdpb/capture.sh: checks runtime/core/etcdpb.c against etcd's own
 # JSON gateway and (re)writes the fixtures of tests/c/test-etcdpb.c
-# (tests/c/etcdpb/) and the seeds of fuzz/grpc_fuzz.c (fuzz/corpus/etcdpb/).
+# (tests/c/etcdpb/) and the seeds of fuzz/etcdpb_fuzz.c (fuzz/corpus/etcdpb/).
 #
 # The same scripted requests (tests/etcdpb/capture.js) run twice, each time
 # against a fresh etcd with the same name, ports and cluster token, so that

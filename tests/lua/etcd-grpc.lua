@@ -2,7 +2,8 @@
 -- watch on one Watch stream and every lease on one LeaseKeepAlive stream;
 -- streams re-opened with a new token once etcd drops the old one; failover
 -- to another member when the one in use is killed; a write whose answer is
--- lost is not sent again elsewhere, a read is.
+-- lost is not sent again elsewhere, a read is; a watch response etcd sends
+-- in fragments is joined.
 local T = require "tap"
 local H = require "etcdh"
 local root = os.getenv("BATON_ROOT") or "."
@@ -205,6 +206,56 @@ do
     p:wait(5)
     baton.exec { "rm", "-rf", dir }
   end
+end
+
+
+-- 5. A response etcd sends in fragments: a watch that catches up on 30
+-- puts of 60,000 bytes gets them in one WatchResponse of 1.8 MB, which
+-- etcd splits (the watch asks for fragment) into parts of at most
+-- --max-request-bytes + 512 KiB, 589,824 bytes here: 4 parts of 9, 9, 9
+-- and 3 events. The client joins them: one batch, every event once and in
+-- order; and it resumes after the last part's revision, not the first's.
+do
+  local srv = H.start("--max-request-bytes=65536",
+                      "--experimental-watch-progress-notify-interval=10m")
+  local e = baton.etcd.new { endpoints = srv.url }
+  -- etcd's count of messages sent on Watch streams
+  local function sent()
+    local r = assert(baton.exec { "curl", "-sf", srv.url .. "/metrics" })
+    return tonumber(r.stdout:match('grpc_server_msg_sent_total{grpc_method="Watch",'
+      .. 'grpc_service="etcdserverpb.Watch",[^}]*} (%d+)'))
+  end
+  local P, N = "/frag/", 30
+  local big = ("x"):rep(60000)
+  local first
+  for i = 1, N do
+    local r = assert(e:put(("%s%02d"):format(P, i), i .. big))
+    first = first or r.revision
+  end
+  local before = assert(sent(), "etcd's Watch message count")
+  local w = assert(e:watch(P, { prefix = true, start_revision = first, idle_timeout = 3 }))
+  local evs = w:next(20) or {}
+  T.is(#evs, N, "the 30 events come as one batch")
+  local once, in_order, last = true, true, first - 1
+  for i, ev in ipairs(evs) do
+    if ev.kv.key ~= ("%s%02d"):format(P, i) or ev.kv.value ~= i .. big then once = false end
+    if ev.kv.mod_revision ~= last + 1 then in_order = false end
+    last = ev.kv.mod_revision
+  end
+  T.ok(once, "each event once, whole")
+  T.ok(in_order, "in revision order")
+  -- created + 4 parts (nothing else: progress notifications are off)
+  T.is(sent() - before, 5, "etcd sent them in 4 fragments")
+  -- the idle watchdog (3 s) re-creates the watch from its next revision
+  baton.sleep(4)
+  T.ok(w:connects() >= 2, "the watch was re-created (" .. w:connects() .. ")")
+  assert(e:put(P .. "after", "1"))
+  local s = seen_until(w, P .. "after", 10)
+  T.is_deeply(s, { [P .. "after"] = 1 }, "from after the last part: no event again")
+  T.is(w:next(1), nil, "and nothing more")
+  w:cancel()
+  e:close()
+  srv:destroy()
 end
 
 T.done()
