@@ -161,7 +161,7 @@ FUZZ_SRCS_json := runtime/core/jsonnul.c runtime/core/err.c
 FUZZ_SRCS_grpc := runtime/core/grpc_frame.c runtime/core/err.c
 FUZZ_SRCS_etcdpb := runtime/core/grpc_frame.c runtime/core/etcdpb.c runtime/core/b64.c \
                     runtime/core/err.c $(GEN)/etcd.pb-c.c runtime/core/etcd_pure.c \
-                    runtime/core/http.c
+                    runtime/core/http_url.c
 FUZZ_SRCS_etcd := runtime/core/etcd_pure.c runtime/core/b64.c runtime/core/err.c \
                   runtime/core/http_url.c
 
