@@ -390,7 +390,7 @@ else
     grep -qE "(^|, |\| )$p( |,|$)" <<<"$depends" || missing="$missing $p($so)"
   done
   is "$missing" "" "every library the program links is a dependency"
-  is "$(dpkg-deb -f "$deb" Recommends)" "libcurl4" "Recommends: libcurl4 (TLS to etcd)"
+  is "$(dpkg-deb -f "$deb" Recommends)" "libcurl4 (>= 7.85)" "Recommends: libcurl4 (>= 7.85), what baton.http needs"
   is "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)" "/etc/default/baton" \
      "/etc/default/baton is a conffile"
   for s in postinst prerm postrm; do

@@ -63,8 +63,9 @@ return { schedule = "@manual", retry = { attempts = 1, backoff = 0.1 },
   run = function(ctx) print("attempt " .. ctx.attempt); return nil, "no luck" end }]])
 out, _, code = cli("job", "run", "retried", "--wait")
 T.is(code, 3, "retried: exits 3 once its last attempt failed")
-T.like(out, "attempt 1\n.-%-%-%- attempt 2 .-attempt 2\n%-%-%- run ended: failed %(attempt 2 .-no luck %-%-%-\n$",
-  "retried: both attempts followed")
+T.like(out, "^%S+ stdout  attempt 1\n%-%-%- attempt 1 ended: no luck; it runs again %-%-%-\n%-%-%- attempt 2 on a %-%-%-\n"
+  .. "%S+ stdout  attempt 2\n%-%-%- run ended: failed %(attempt 2 .-no luck %-%-%-\n$",
+  "retried: both attempts followed, each in its place")
 
 -- 3. A timeout: 4.
 put("slow", [[

@@ -523,28 +523,28 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
   local attempt = want or (last > 0 and last or 1)
   if label and not opts.json then io.stdout:write(label, "\n") end
   local shown = {} -- attempt -> the last line number printed
-  local function emit(l)
+  local function emit(a, l)
     if opts.json then
-      l.attempt = attempt
+      l.attempt = a
       if label then l.id = id end
       U.print_json(l)
     else
       io.stdout:write(output.format(l), "\n")
     end
   end
-  -- Prints the lines of the attempt's chunk kvs not printed yet, with a
+  -- Prints the lines of attempt a's chunk kvs not printed yet, with a
   -- marker where lines are missing (dropped by the cap).
-  local function show(kvs)
-    local n = shown[attempt] or 0
+  local function show(a, kvs)
+    local n = shown[a] or 0
     local lines, _, cap = output.lines(kvs)
     for _, l in ipairs(lines) do
       if not l.dropped and l.n > n then
-        if l.n > n + 1 then emit { dropped = l.n - n - 1, cap = cap } end
-        emit(l)
+        if l.n > n + 1 then emit(a, { dropped = l.n - n - 1, cap = cap }) end
+        emit(a, l)
         n = l.n
       end
     end
-    shown[attempt] = n
+    shown[a] = n
     io.stdout:flush()
   end
   local function read(a, at)
@@ -559,89 +559,97 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
     io.stdout:flush()
     baton.exit(exit_status(ending(final, want)))
   end
-  local kvs = read(attempt, rev)
-  show(kvs)
+  show(attempt, (read(attempt, rev)))
   local state = U.field(rec, "state")
   if not follow then return end
   if (want and (want < last or state == "retrying")) or ENDED[state] then return the_end(rec) end
 
   -- Follow: the attempt's chunks as they are written, until the record
   -- says the run has ended (for good; a retry is followed into its next
-  -- attempt unless --attempt was given). The record is written after the
-  -- attempt's last chunk, so reading at the record's revision gets them all.
+  -- attempt unless --attempt was given). A record is written after its
+  -- attempt's last chunk, so reading at the record's revision gets them
+  -- all. Two watches feed it, each in its own coroutine, and what each
+  -- saw may come before or after the other's; so each event is handled
+  -- by serially, one at a time and in the order they came, even while
+  -- one handler waits on etcd.
   local ow, oerr = e:watch(keys.output(P, name, id), { prefix = true, start_revision = rev + 1 })
   if not ow then return die("logs", name, oerr) end
   local rw, rerr = e:watch(kv.key, { start_revision = rev + 1 })
   if not rw then return die("logs", name, rerr) end
-  local ended
+  local queue, draining = {}, false
+  local function serially(fn)
+    queue[#queue + 1] = fn
+    if draining then return end
+    draining = true
+    while queue[1] do table.remove(queue, 1)() end
+    draining = false
+  end
+  local closed = {} -- attempt -> its "ended; it runs again" line is printed
+  -- Attempt a ended and the run goes on (nrec, a record written after
+  -- that end, has it in attempts[]): its last lines, then how it ended.
+  local function close(a, nrec)
+    if closed[a] then return end
+    closed[a] = true
+    show(a, (read(a, nrec and nrec.revision)))
+    if not opts.json then
+      local x = ending(nrec and nrec.rec or {}, a)
+      io.stdout:write(U.escape(format("--- attempt %d ended: %s; it runs again ---", a,
+        (tostring(x.error or x.state or "failed"):gsub("\n", " ")))), "\n")
+    end
+  end
   -- A next attempt began (seen in its record or in its first chunk, which
-  -- may come first): print its header and what it said so far.
-  local function switch(a, node)
+  -- may come first): the end of the one before, its header and what it
+  -- said so far.
+  local function switch(a, nrec)
     if want or a <= attempt then return end
+    close(attempt, nrec)
     attempt = a
     if not opts.json then
+      local node = nrec and tonumber(U.field(nrec.rec, "attempt")) == a and U.field(nrec.rec, "node")
       io.stdout:write(U.escape(format("--- attempt %d%s ---", a, node and (" on " .. tostring(node)) or "")), "\n")
     end
-    show((read(attempt)))
+    show(a, (read(a)))
   end
-  local function finish(final)
-    local fkvs = read(attempt, final.revision)
-    show(fkvs)
-    return the_end(final.rec)
+  local function on_record(ev)
+    if ev.type == "delete" then
+      io.stdout:write("--- the run's record was deleted ---\n")
+      io.stdout:flush()
+      return die("logs", name, "the record of run " .. id .. " was deleted before it ended")
+    end
+    local nrec = { rec = U.decode_object(ev.kv.value) or {}, revision = ev.kv.mod_revision }
+    local st = U.field(nrec.rec, "state")
+    local a = tonumber(U.field(nrec.rec, "attempt")) or attempt
+    if ENDED[st] or (want and (a > want or st == "retrying")) then
+      switch(a, nrec)
+      show(attempt, (read(attempt, nrec.revision)))
+      return the_end(nrec.rec)
+    end
+    if st == "retrying" and a == attempt then close(a, nrec) end
+    switch(a, nrec)
   end
-  baton.go(function()
+  local function on_output(ev)
+    local a = ev.type == "put" and output.parse_key(P, name, id, ev.kv.key)
+    if a and a > attempt then
+      -- (its first chunk came before its record, on the other watch: the
+      -- record, written with its claim, says which node runs it)
+      local g = e:get(kv.key)
+      local gkv = g and g.kvs[1]
+      switch(a, gkv and { rec = U.decode_object(gkv.value) or {}, revision = gkv.mod_revision })
+    end
+    if a == attempt then show(a, { ev.kv }) end
+  end
+  local function follow_watch(w, what, handle)
     while true do
-      local evs, _, code = rw:next()
+      local evs, _, code = w:next()
       if not evs then
-        if code ~= "ETIMEDOUT" then return die("logs", name, "watching the run record: " .. tostring(code)) end
+        if code ~= "ETIMEDOUT" then return die("logs", name, what .. ": " .. tostring(code)) end
       else
-        for _, ev in ipairs(evs) do
-          if ev.type == "delete" then
-            io.stdout:write("--- the run's record was deleted ---\n")
-            io.stdout:flush()
-            return die("logs", name, "the record of run " .. id .. " was deleted before it ended")
-          end
-          local nrec = U.decode_object(ev.kv.value) or {}
-          local st = U.field(nrec, "state")
-          local a = tonumber(U.field(nrec, "attempt")) or attempt
-          if ENDED[st] or (want and (a > want or st == "retrying")) then
-            ended = { rec = nrec, revision = ev.kv.mod_revision }
-            return finish(ended)
-          end
-          if st == "retrying" and a == attempt then
-            -- (its last chunks were written before this record, but may
-            -- come later on the other watch: read them now)
-            show((read(attempt, ev.kv.mod_revision)))
-            if not opts.json then
-              io.stdout:write(U.escape(format("--- attempt %d ended: %s; it runs again ---", a,
-                (tostring(U.field(nrec, "error") or "failed"):gsub("\n", " ")))), "\n")
-            end
-          end
-          switch(a, U.field(nrec, "node"))
-        end
+        for _, ev in ipairs(evs) do serially(function() handle(ev) end) end
       end
-    end
-  end)
-  while true do
-    local evs, _, code = ow:next()
-    if not evs then
-      if code ~= "ETIMEDOUT" then return die("logs", name, "watching the output: " .. tostring(code)) end
-    elseif not ended then
-      local mine = {}
-      for _, ev in ipairs(evs) do
-        local a = ev.type == "put" and output.parse_key(P, name, id, ev.kv.key)
-        if a and a > attempt then
-          -- (its first chunk came before its record, on the other watch:
-          -- the record, written with its claim, says which node runs it)
-          local g = e:get(kv.key)
-          local grec = g and g.kvs[1] and U.decode_object(g.kvs[1].value) or {}
-          switch(a, tonumber(U.field(grec, "attempt")) == a and U.field(grec, "node") or nil)
-        end
-        if a == attempt then mine[#mine + 1] = ev.kv end
-      end
-      if #mine > 0 then show(mine) end
     end
   end
+  baton.go(follow_watch, rw, "watching the run record", on_record)
+  follow_watch(ow, "watching the output", on_output)
 end
 
 -- The shards of a sharded instant (its runs INSTANT/1, INSTANT/2, ...),
