@@ -9,10 +9,8 @@ local ops = require "baton.ops"
 
 local format = string.format
 
--- add(kind, d): adds the three subcommands of kind ("job" | "policy") to
--- d = {sub, usages, helps, flags, order}, with d.usage(msg) and
--- d.die(sub, what, err) of the command.
-return function(kind, d)
+-- The usages, helps and flags of kind's subcommands, into d.
+local function describe(kind, d)
   local cmd = "baton " .. kind
   d.usages.versions = cmd .. " versions NAME [--json]"
   d.usages.diff = cmd .. " diff NAME REV1 [REV2]"
@@ -55,110 +53,122 @@ sign again. -o OUT writes it to OUT instead of standard output.]],
   d.flags.rollback = { sign = "string", author = "string", ["keep-versions"] = "count", json = "flag",
                        ["from-log"] = "flag", trust = "list" }
   for _, s in ipairs { "sign", "versions", "diff", "rollback" } do d.order[#d.order + 1] = s end
+end
 
-  local function name_of(pos, n)
-    local name = pos[2]
-    if not name then return d.usage("needs a NAME") end
-    if pos[n + 3] then return d.usage("unexpected argument \"" .. pos[n + 3] .. "\"") end
-    if not job.valid_name(name) then
-      return d.usage(format("invalid %s name \"%s\" (%s)", kind, name, U.NAME_RULE))
-    end
-    return name
-  end
-  local function rev_of(s)
-    if not s then return d.usage("needs a revision") end
-    local r = s:match("^%d+$") and tonumber(s)
-    if not r or r < 1 then return d.usage(format("a revision is a whole number >= 1, not \"%s\"", s)) end
-    return r
-  end
+local SUB = {} -- the subcommands: fn(kind, d, pos, opts)
 
-  function d.sub.sign(pos, opts)
-    if not opts.sign then return d.usage("needs --sign KEY (the secret key, baton keygen)") end
-    local name, source, file = U.put_args(pos, opts, kind, d.usage, d.die)
-    local secret, serr = U.signing_key(opts)
-    if serr then return d.die("sign", name, serr) end
-    local r, err, code, extra = ops.sign_source(kind, name, source, secret, file)
-    if not r then return d.die("sign", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
-    if opts.o then
-      local f, ferr = io.open(opts.o, "wb")
-      if not f then return d.die("sign", name, "-o: " .. tostring(ferr)) end
-      f:write(r.source)
-      f:close()
-      io.stderr:write(format("baton: %s sign %s: signed by key %s for version %d of %s; wrote %s\n", kind,
-        name, r.signed_by, r.version, r.key, opts.o))
-    else
-      io.stdout:write(r.source)
-    end
-    baton.exit(0)
+local function name_of(kind, d, pos, n)
+  local name = pos[2]
+  if not name then return d.usage("needs a NAME") end
+  if pos[n + 3] then return d.usage("unexpected argument \"" .. pos[n + 3] .. "\"") end
+  if not job.valid_name(name) then
+    return d.usage(format("invalid %s name \"%s\" (%s)", kind, name, U.NAME_RULE))
   end
+  return name
+end
+local function rev_of(d, s)
+  if not s then return d.usage("needs a revision") end
+  local r = s:match("^%d+$") and tonumber(s)
+  if not r or r < 1 then return d.usage(format("a revision is a whole number >= 1, not \"%s\"", s)) end
+  return r
+end
 
-  function d.sub.versions(pos, opts)
-    local name = name_of(pos, 0)
-    local list, err = ops.versions(kind, name)
-    if not list then return d.die("versions", name, err) end
-    if opts.json then
-      U.print_json(list)
-      return baton.exit(0)
-    end
-    local rows = {}
-    for _, v in ipairs(list) do
-      rows[#rows + 1] = {
-        tostring(v.revision) .. (v.current and " *" or ""),
-        type(v.time) == "number" and U.rfc3339(v.time) or "-", tostring(v.author or "unknown"),
-        tostring(v.op or "-"), type(v.sha256) == "string" and v.sha256:sub(1, 12) or "-",
-        v.checked == "mismatch" and "MISMATCH" or tostring(v.checked or "-"),
-      }
-    end
-    U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256", "CHECKED" }, rows, nil,
-      { flex = { 3, 4 }, color = { [6] = U.state_color } })
-    baton.exit(0)
+function SUB.sign(kind, d, pos, opts)
+  if not opts.sign then return d.usage("needs --sign KEY (the secret key, baton keygen)") end
+  local name, source, file = U.put_args(pos, opts, kind, d.usage, d.die)
+  local secret, serr = U.signing_key(opts)
+  if serr then return d.die("sign", name, serr) end
+  local r, err, code, extra = ops.sign_source(kind, name, source, secret, file)
+  if not r then return d.die("sign", ((extra and extra.invalid) or code == "EFBIG") and file or name, err) end
+  if opts.o then
+    local f, ferr = io.open(opts.o, "wb")
+    if not f then return d.die("sign", name, "-o: " .. tostring(ferr)) end
+    f:write(r.source)
+    f:close()
+    io.stderr:write(format("baton: %s sign %s: signed by key %s for version %d of %s; wrote %s\n", kind,
+      name, r.signed_by, r.version, r.key, opts.o))
+  else
+    io.stdout:write(r.source)
   end
+  baton.exit(0)
+end
 
-  function d.sub.diff(pos)
-    local name = name_of(pos, 2)
-    local r1, r2 = rev_of(pos[3]), pos[4] and rev_of(pos[4])
-    if not r2 then
-      -- One revision: against the current source, at its revision.
-      local g, gerr = baton.etcd:get(keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name))
-      if not g then return d.die("diff", name, gerr) end
-      if not g.kvs[1] then
-        return d.die("diff", name, format("ENOENT: no %s %s is stored now to compare revision %d with; "
-          .. "give two revisions (baton %s versions %s lists them)", kind, name, r1, kind, name))
-      end
-      r2 = g.kvs[1].mod_revision
-    end
-    local text, err = ops.diff_versions(kind, name, r1, r2)
-    if not text then return d.die("diff", name, err) end
-    io.stdout:write(U.escape(text, true))
-    baton.exit(0)
+function SUB.versions(kind, d, pos, opts)
+  local name = name_of(kind, d, pos, 0)
+  local list, err = ops.versions(kind, name)
+  if not list then return d.die("versions", name, err) end
+  if opts.json then
+    U.print_json(list)
+    return baton.exit(0)
   end
+  local rows = {}
+  for _, v in ipairs(list) do
+    rows[#rows + 1] = {
+      tostring(v.revision) .. (v.current and " *" or ""),
+      type(v.time) == "number" and U.rfc3339(v.time) or "-", tostring(v.author or "unknown"),
+      tostring(v.op or "-"), type(v.sha256) == "string" and v.sha256:sub(1, 12) or "-",
+      v.checked == "mismatch" and "MISMATCH" or tostring(v.checked or "-"),
+    }
+  end
+  U.print_table({ "REVISION", "TIME", "AUTHOR", "OP", "SHA256", "CHECKED" }, rows, nil,
+    { flex = { 3, 4 }, color = { [6] = U.state_color } })
+  baton.exit(0)
+end
 
-  function d.sub.rollback(pos, opts)
-    local name = name_of(pos, 1)
-    local rev = rev_of(pos[3])
-    local secret, serr = U.signing_key(opts)
-    if serr then return d.die("rollback", name, serr) end
-    local trust
-    if opts.trust and #opts.trust > 0 then
-      local terr
-      trust, terr = require("baton.sign").load_trust(opts.trust)
-      if not trust then return d.die("rollback", name, terr) end
+function SUB.diff(kind, d, pos)
+  local name = name_of(kind, d, pos, 2)
+  local r1, r2 = rev_of(d, pos[3]), pos[4] and rev_of(d, pos[4])
+  if not r2 then
+    -- One revision: against the current source, at its revision.
+    local g, gerr = baton.etcd:get(keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name))
+    if not g then return d.die("diff", name, gerr) end
+    if not g.kvs[1] then
+      return d.die("diff", name, format("ENOENT: no %s %s is stored now to compare revision %d with; "
+        .. "give two revisions (baton %s versions %s lists them)", kind, name, r1, kind, name))
     end
-    local r, err = ops.rollback(kind, name, rev, { author = opts.author, keep = opts["keep-versions"],
-                                                   sign = secret, trust = trust, from_log = opts["from-log"] })
-    if not r then return d.die("rollback", name, err) end
-    if opts.json then
-      U.print_json(r)
-      return baton.exit(0)
-    end
-    io.stdout:write(r.diff ~= "" and r.diff or "(the same source as now)\n")
-    io.stdout:write(format("rolled %s %s back to revision %d: %s (revision %d)%s%s\n", kind, name, rev, r.key,
-      r.revision, r.from == "log" and ", from the version log's unchecked copy" or "",
-      r.signed_by and (", signed by key " .. r.signed_by) or ""))
-    io.stdout:flush()
-    for _, w in ipairs(r.warnings or {}) do
-      io.stderr:write(format("baton: %s rollback %s: warning: %s\n", kind, name, w))
-    end
-    baton.exit(0)
+    r2 = g.kvs[1].mod_revision
+  end
+  local text, err = ops.diff_versions(kind, name, r1, r2)
+  if not text then return d.die("diff", name, err) end
+  io.stdout:write(U.escape(text, true))
+  baton.exit(0)
+end
+
+function SUB.rollback(kind, d, pos, opts)
+  local name = name_of(kind, d, pos, 1)
+  local rev = rev_of(d, pos[3])
+  local secret, serr = U.signing_key(opts)
+  if serr then return d.die("rollback", name, serr) end
+  local trust
+  if opts.trust and #opts.trust > 0 then
+    local terr
+    trust, terr = require("baton.sign").load_trust(opts.trust)
+    if not trust then return d.die("rollback", name, terr) end
+  end
+  local r, err = ops.rollback(kind, name, rev, { author = opts.author, keep = opts["keep-versions"],
+                                                 sign = secret, trust = trust, from_log = opts["from-log"] })
+  if not r then return d.die("rollback", name, err) end
+  if opts.json then
+    U.print_json(r)
+    return baton.exit(0)
+  end
+  io.stdout:write(r.diff ~= "" and r.diff or "(the same source as now)\n")
+  io.stdout:write(format("rolled %s %s back to revision %d: %s (revision %d)%s%s\n", kind, name, rev, r.key,
+    r.revision, r.from == "log" and ", from the version log's unchecked copy" or "",
+    r.signed_by and (", signed by key " .. r.signed_by) or ""))
+  io.stdout:flush()
+  for _, w in ipairs(r.warnings or {}) do
+    io.stderr:write(format("baton: %s rollback %s: warning: %s\n", kind, name, w))
+  end
+  baton.exit(0)
+end
+
+-- add(kind, d): adds the subcommands versions, diff, rollback and sign of
+-- kind ("job" | "policy") to d = {sub, usages, helps, flags, order}, with
+-- d.usage(msg) and d.die(sub, what, err) of the command.
+return function(kind, d)
+  describe(kind, d)
+  for name, fn in pairs(SUB) do
+    d.sub[name] = function(pos, opts) return fn(kind, d, pos, opts) end
   end
 end
