@@ -18,7 +18,7 @@
 -- (a raw etcdctl put) has no entry: list() shows the current source as
 -- author "unknown".
 local baton = require "baton"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 local keys = require "baton.keys"
 
 local json = baton.json

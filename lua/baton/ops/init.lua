@@ -22,10 +22,12 @@
 -- Every function may wait (etcd requests): call it in a coroutine that
 -- baton runs.
 local baton = require "baton"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 local job = require "baton.job"
 local policy = require "baton.policy"
 local cycles = require "baton.cli.cycles"
+local policies_util = require "baton.policies.util"
+local notify = require "baton.notify"
 local runs_mod = require "baton.node.runs"
 local output = require "baton.node.output"
 local keys = require "baton.keys"
@@ -76,6 +78,52 @@ end
 
 -- Decodes a JSON object value; nil when it is not one.
 local decode_object, field = U.decode_object, U.field
+
+-- The live nodes (the JSON each keeps at P nodes/<name>), sorted by name:
+-- list of {name=, labels=, ...}, or nil, err. A record on no lease is not
+-- a node's (a node keeps it on its session's lease, and etcd deletes it
+-- with the lease): a forged or stray key, left out (docs/security.md).
+local function live_nodes()
+  local pfx = keys.dir(U.prefix(), "nodes")
+  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
+  if not r then return nil, err end
+  local list = {}
+  for _, kv in ipairs(r.kvs) do
+    if kv.lease then
+      local v = U.decode_object(kv.value) or {}
+      v.name = U.field(v, "name") or keys.under(pfx, kv.key)
+      if type(U.field(v, "labels")) ~= "table" then v.labels = {} end
+      list[#list + 1] = v
+    end
+  end
+  return list
+end
+
+-- Labels as k=v,... sorted ("-" for none).
+local function labels_text(labels)
+  local l = {}
+  for _, k in ipairs(U.sorted_keys(labels or {})) do l[#l + 1] = k .. "=" .. tostring(labels[k]) end
+  return #l > 0 and concat(l, ",") or "-"
+end
+
+-- Why no live node can run a job with these labels, or nil when one can
+-- (nodes: live_nodes()). The nodes decide by labels the same way
+-- (baton.policies.util.eligible).
+local function no_eligible_node(labels, nodes)
+  local eligible = policies_util.eligible
+  for _, n in ipairs(nodes) do
+    if eligible({ labels = labels }, n) then return nil end
+  end
+  if #nodes == 0 then
+    return format("no node is live under %s (is a node running, with this --prefix?)", keys.dir(U.prefix(), "nodes"))
+  end
+  local seen = {}
+  for i, n in ipairs(nodes) do
+    if i > 5 then seen[#seen + 1] = format("and %d more", #nodes - 5); break end
+    seen[#seen + 1] = format("%s (%s)", n.name, labels_text(n.labels))
+  end
+  return format("no live node has the labels %s (live: %s)", labels_text(labels), concat(seen, ", "))
+end
 
 ---------------------------------------------------------------------------
 -- jobs: reading
@@ -715,12 +763,12 @@ function M.put_job(name, source, opts)
   local res, vwarn, code = store_source("job", name, source, opts)
   if not res then return nil, vwarn, code end
   local warnings = {}
-  local nodes = U.live_nodes()
-  local why = nodes and U.no_eligible_node(spec.labels, nodes)
+  local nodes = live_nodes()
+  local why = nodes and no_eligible_node(spec.labels, nodes)
   if why then warnings[1] = why .. "; the job runs only once such a node is up" end
   warnings[#warnings + 1] = vwarn
   -- (a notifier whose channel P config/notify does not set: baton.notify)
-  for _, w in ipairs(require("baton.notify").put_warnings(name, spec)) do warnings[#warnings + 1] = w end
+  for _, w in ipairs(notify.put_warnings(name, spec)) do warnings[#warnings + 1] = w end
   res.warnings = json.array(warnings)
   return res
 end
@@ -856,9 +904,9 @@ function M.run_job(name, opts)
           or "the job declares no params"), "EINVAL")
     end
   end
-  local nodes, lerr, lcode = U.live_nodes()
+  local nodes, lerr, lcode = live_nodes()
   if not nodes then return nil, lerr, lcode end
-  local why = U.no_eligible_node(spec.labels, nodes)
+  local why = no_eligible_node(spec.labels, nodes)
   if why then return fail(why .. "; nothing was queued", "ECONFLICT") end
   local key, id, rcode = request_run(name, opts.force or false, next(given) and given or nil)
   if not key then return nil, id, rcode end
@@ -946,7 +994,7 @@ end
 -- nodes() --> the live nodes (`baton nodes --json`): the JSON each keeps
 -- at P nodes/<name> ({name, labels, version, running, started, clock,
 -- max_skew, ...}) with lease, by name. A record on no lease is no node's
--- (U.live_nodes): left out.
+-- (live_nodes): left out.
 function M.nodes()
   local pfx = keys.dir(U.prefix(), "nodes")
   local r, err, code = etcd():get(pfx, { prefix = true, sort = "key", order = "asc" })
