@@ -41,6 +41,11 @@ function M.prefix(kind, name)
   return keys.dir(U.prefix(), LOGS[kind], name)
 end
 
+-- The key of the entry of revision rev in that log.
+local function entry_key(kind, name, rev)
+  return keys.key(U.prefix(), LOGS[kind], name, rev)
+end
+
 -- Who makes this change: the given author; else, when the client
 -- authenticates to etcd, "etcd-user:NAME"; else $USER@host.
 function M.author(given)
@@ -89,7 +94,7 @@ function M.record(kind, name, revision, source, opts, prev)
   if pr and pr ~= revision and not have[pr] and keep > 1 and (#revs < keep - 1 or pr > revs[keep - 1]) then
     local raw = { op = "put (not through baton)", author = "unknown", revision = pr,
                   sha256 = baton._sha256(prev.value or ""), size = #(prev.value or "") }
-    local ok, rerr, rcode = e:put(pfx .. pr, json.encode(raw) .. "\n" .. (prev.value or ""))
+    local ok, rerr, rcode = e:put(entry_key(kind, name, pr), json.encode(raw) .. "\n" .. (prev.value or ""))
     if not ok then return nil, rerr, rcode end
     have[pr] = true
     revs[#revs + 1] = pr
@@ -100,8 +105,8 @@ function M.record(kind, name, revision, source, opts, prev)
     revision = revision, sha256 = source and baton._sha256(source) or nil, size = source and #source or nil,
     etcd_user = baton.config and baton.config.user or nil,
   }
-  local ops = { { put = { key = pfx .. revision, value = json.encode(meta) .. "\n" .. (source or "") } } }
-  for i = keep, #revs do ops[#ops + 1] = { delete = { key = pfx .. revs[i] } } end
+  local ops = { { put = { key = entry_key(kind, name, revision), value = json.encode(meta) .. "\n" .. (source or "") } } }
+  for i = keep, #revs do ops[#ops + 1] = { delete = { key = entry_key(kind, name, revs[i]) } } end
   local t, terr, tcode = e:txn { success = ops }
   if not t then return nil, terr, tcode end
   return true
@@ -183,8 +188,7 @@ end
 -- entry does not match etcd's history: the log was rewritten).
 function M.source(kind, name, rev)
   local key = keys.key(U.prefix(), KINDS[kind], name)
-  local pfx = M.prefix(kind, name)
-  local r, err, code = etcd():get(pfx .. rev)
+  local r, err, code = etcd():get(entry_key(kind, name, rev))
   if not r then return nil, err, code end
   local ekv = r.kvs[1]
   local meta, logged

@@ -204,11 +204,10 @@ function M.queue_push_many(queue, values, where)
     last_ms = ms
     local compare, success, bytes = {}, {}, 0
     local first = i
-    local dir = keys.dir(util.prefix(), "queue", queue)
     while i <= n and #success < M.PUSH_TXN_OPS do
       local size = 2 * keylen + #values[i] + 64
       if #success > 0 and bytes + size > M.PUSH_TXN_BYTES then break end
-      local key = dir .. format("%013d-%s%08x", ms, salt, counter)
+      local key = keys.key(util.prefix(), "queue", queue, format("%013d-%s%08x", ms, salt, counter))
       counter = counter + 1
       compare[#compare + 1] = { key = key, target = "create", op = "==", value = 0 }
       success[#success + 1] = { put = { key = key, value = values[i] } }
