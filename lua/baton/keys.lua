@@ -1,6 +1,6 @@
 -- Every etcd key baton uses, built and parsed here and nowhere else. P is
 -- the prefix (--prefix, BATON_PREFIX; default "/baton/"), which always ends
--- in "/" (cli/util.lua's prefix()). The layout, as docs/architecture.md ("Key
+-- in "/" (util.lua's prefix()). The layout, as docs/architecture.md ("Key
 -- layout") describes it:
 --
 --   P jobs/<name>                  a job's Lua source (operators)

@@ -15,7 +15,7 @@
 local baton = require "baton"
 local stored = require "baton.stored"
 local keys = require "baton.keys"
-local util = require "baton.cli.util"
+local util = require "baton.util"
 local runs = require "baton.node.runs"
 local batch = require "baton.node.batch"
 local board = require "baton.node.board"

@@ -40,7 +40,7 @@
 -- This module serves the job's run (a worker), the node's metrics, the
 -- CLI (`baton notify`) and `baton job put` (put_warnings).
 local baton = require "baton"
-local util = require "baton.cli.util"
+local util = require "baton.util"
 local keys = require "baton.keys"
 local C = require "baton.notify.config"
 local msg = require "baton.notify.message"

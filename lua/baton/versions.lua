@@ -1,5 +1,6 @@
--- The version log of jobs and policies: who changed what, and going back
--- (issue 14, docs/security.md "Version history").
+-- The version log of jobs and policies: who changed what, and the source of
+-- each version, to diff or go back to (docs/security.md "Version
+-- history"; ops/versions.lua's rollback puts one back).
 --
 --   P versions/<job>/<revision>             one entry per put/rm of P jobs/<job>
 --   P policy-versions/<policy>/<revision>   the same for P policies/<policy>
@@ -18,7 +19,7 @@
 -- (a raw etcdctl put) has no entry: list() shows the current source as
 -- author "unknown".
 local baton = require "baton"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 local keys = require "baton.keys"
 
 local json = baton.json
@@ -38,6 +39,11 @@ local function fail(msg, code) return nil, msg, code or msg:match("^(E[%u%d]+):"
 -- The prefix of the log of one job or policy, with its trailing "/".
 function M.prefix(kind, name)
   return keys.dir(U.prefix(), LOGS[kind], name)
+end
+
+-- The key of the entry of revision rev in that log.
+local function entry_key(kind, name, rev)
+  return keys.key(U.prefix(), LOGS[kind], name, rev)
 end
 
 -- Who makes this change: the given author; else, when the client
@@ -88,7 +94,7 @@ function M.record(kind, name, revision, source, opts, prev)
   if pr and pr ~= revision and not have[pr] and keep > 1 and (#revs < keep - 1 or pr > revs[keep - 1]) then
     local raw = { op = "put (not through baton)", author = "unknown", revision = pr,
                   sha256 = baton._sha256(prev.value or ""), size = #(prev.value or "") }
-    local ok, rerr, rcode = e:put(pfx .. pr, json.encode(raw) .. "\n" .. (prev.value or ""))
+    local ok, rerr, rcode = e:put(entry_key(kind, name, pr), json.encode(raw) .. "\n" .. (prev.value or ""))
     if not ok then return nil, rerr, rcode end
     have[pr] = true
     revs[#revs + 1] = pr
@@ -99,8 +105,8 @@ function M.record(kind, name, revision, source, opts, prev)
     revision = revision, sha256 = source and baton._sha256(source) or nil, size = source and #source or nil,
     etcd_user = baton.config and baton.config.user or nil,
   }
-  local ops = { { put = { key = pfx .. revision, value = json.encode(meta) .. "\n" .. (source or "") } } }
-  for i = keep, #revs do ops[#ops + 1] = { delete = { key = pfx .. revs[i] } } end
+  local ops = { { put = { key = entry_key(kind, name, revision), value = json.encode(meta) .. "\n" .. (source or "") } } }
+  for i = keep, #revs do ops[#ops + 1] = { delete = { key = entry_key(kind, name, revs[i]) } } end
   local t, terr, tcode = e:txn { success = ops }
   if not t then return nil, terr, tcode end
   return true
@@ -182,8 +188,7 @@ end
 -- entry does not match etcd's history: the log was rewritten).
 function M.source(kind, name, rev)
   local key = keys.key(U.prefix(), KINDS[kind], name)
-  local pfx = M.prefix(kind, name)
-  local r, err, code = etcd():get(pfx .. rev)
+  local r, err, code = etcd():get(entry_key(kind, name, rev))
   if not r then return nil, err, code end
   local ekv = r.kvs[1]
   local meta, logged
@@ -241,56 +246,6 @@ function M.diff(kind, name, r1, r2)
   local b, berr, bcode = M.source(kind, name, r2)
   if not b then return nil, berr, bcode end
   return M.diff_text(kind, name, a, b, r1, r2)
-end
-
--- rollback(kind, name, rev [, opts]) --> what ops.put_job / put_policy
--- return, with rolled_back = rev and diff (from the current source to the
--- one put back): the source at rev (etcd's history, checked against the
--- log) put back through the normal put path (validated), recorded as op
--- "rollback of REV". opts.sign: signed again with that key, for where it
--- goes now (the old signature named another version of the key); only a
--- source that was signed by that key or one of opts.trust (sign.load_trust's)
--- where etcd stored it: anyone who can write etcd can store a version,
--- and signing it again would make it theirs to run. Without it, an old
--- signature is removed (it cannot hold anywhere but where it was). A
--- source etcd has compacted away exists only in the log, which whoever
--- writes P versions/ can rewrite: refused unless opts.from_log (and never
--- signed).
-function M.rollback(kind, name, rev, opts)
-  opts = opts or {}
-  local src, how, hkv = M.source(kind, name, rev)
-  if not src then return nil, how, hkv end
-  if how == "log" and not opts.from_log then
-    return fail(format("EINVAL: revision %d of %s %s is no longer in etcd's history (compacted), and the "
-      .. "version log's copy of it cannot be checked: whoever can write %s could have put it there. "
-      .. "Review it (baton %s diff %s %d REV) and pass --from-log to use it; nothing was done", rev, kind,
-      name, M.prefix(kind, name), kind, name, rev), "EINVAL")
-  end
-  local sign = require "baton.sign"
-  if opts.sign then
-    local trust = sign.trust_of_secret(opts.sign)
-    for _, k in ipairs(opts.trust and opts.trust.keys or {}) do trust.keys[#trust.keys + 1] = k end
-    local by = how == "history" and sign.signed_by(trust, kind, name, src,
-      { prefix = U.prefix(), create_revision = hkv.create_revision, version = hkv.version })
-    if not by then
-      return fail(format("EACCES: revision %d of %s %s was not signed by key %s%s where etcd stored it, so it "
-        .. "may not be yours to sign: whoever can write etcd can store a version. Review it (baton %s diff %s "
-        .. "%d REV) and put it from a file with --sign; nothing was done", rev, kind, name, trust.ids[1],
-        opts.trust and " nor a --trust key" or " (add older keys with --trust)", kind, name, rev), "EACCES")
-    end
-  end
-  src = sign.split(src)
-  local cur = etcd():get(keys.key(U.prefix(), KINDS[kind], name))
-  local now = cur and cur.kvs[1] and cur.kvs[1].value or ""
-  local diff, derr, dcode = M.diff_text(kind, name, sign.split(now), src, "current", rev)
-  if not diff then return nil, derr, dcode end
-  local ops = require "baton.ops"
-  local put = kind == "job" and ops.put_job or ops.put_policy
-  local r, perr, pcode, extra = put(name, src, { author = opts.author, keep = opts.keep, sign = opts.sign,
-                                                 op = "rollback of " .. rev, revision = opts.revision })
-  if not r then return nil, perr, pcode, extra end
-  r.rolled_back, r.diff, r.from = rev, diff, how
-  return r
 end
 
 return M

@@ -12,7 +12,7 @@ local keys = require "baton.keys"
 local job = require "baton.job"
 local stored = require "baton.stored"
 local events = require "baton.events"
-local cycles = require "baton.cli.cycles"
+local cycles = require "baton.ops.cycles"
 
 local USAGE = "baton check FILE.lua"
 local HELP = [[Validates a job file as baton job put and the nodes do (compile from source,

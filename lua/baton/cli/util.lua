@@ -1,15 +1,22 @@
--- Helpers shared by the job, queue, nodes and leader subcommands: the key
--- prefix and layout (docs/architecture.md, "Key layout"), time formatting,
--- aligned tables, text from etcd made safe for a terminal, reading files,
--- ids.
+-- Helpers shared by the subcommands: text from etcd made safe for a
+-- terminal, durations, colours, aligned tables, JSON output, reading files
+-- and put's arguments. The helpers every layer shares (the prefix,
+-- instants, ids, sizes) are baton.util's, and reached here too.
 local baton = require "baton"
 local keys = require "baton.keys"
+local util = require "baton.util"
 
 local format, floor, concat = string.format, math.floor, table.concat
-local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
+local type, tostring, ipairs = type, tostring, ipairs
 local byte, find, sub = string.byte, string.find, string.sub
 
 local M = {}
+
+-- (baton.util's, which the subcommands use as U.<name> too)
+for _, name in ipairs { "prefix", "instant", "rfc3339", "MAX_REQUEST", "bytes", "NAME_RULE", "decode_object",
+                        "field", "sorted_keys" } do
+  M[name] = util[name]
+end
 
 -- Text from etcd (or from what a run printed) as the CLI prints it: every
 -- byte that a terminal would act on rather than show is shown instead as
@@ -100,30 +107,6 @@ end
 -- multi-line when multiline.
 function M.write(multiline, ...)
   for i = 1, select("#", ...) do io.stdout:write(M.escape((select(i, ...)), multiline)) end
-end
-
--- The configured prefix (--prefix, BATON_PREFIX, default "/baton/"), with
--- a trailing "/" added when missing.
-function M.prefix()
-  local p = (baton.config and baton.config.prefix) or "/baton/"
-  if p:sub(-1) ~= "/" then p = p .. "/" end
-  return p
-end
-
--- An instant as a run key names it: 2026-11-29T02:00:00Z (UTC, whole
--- seconds).
-function M.instant(t)
-  return os.date("!%Y-%m-%dT%H:%M:%SZ", floor(t))
-end
-
--- An instant for a reader, RFC 3339. With a zone, this should carry the
--- zone's offset as `baton cron` prints it; the Lua API has no formatter yet
--- (runtime/lua/lua_cron.c), so a zone is used only if the cron object offers
--- :format(t), and otherwise the instant is shown in UTC ("Z").
-function M.rfc3339(t, cron)
-  if t == nil then return "-" end
-  if cron and cron.format then return cron:format(t) end
-  return M.instant(t)
 end
 
 -- Seconds as a short duration: 850ms, 12s, 3m04s, 2h05m, 3d04h.
@@ -280,17 +263,6 @@ function M.print_json(v)
   io.stdout:write(baton.json.encode(v, { nul = "replace" }), "\n")
 end
 
--- etcd's default limit on the size of a request (--max-request-bytes).
-M.MAX_REQUEST = 1572864
-
--- Bytes as a reader says them: 812 bytes, 1.5 MiB, 200.0 MiB.
-function M.bytes(n)
-  if n < 1024 then return format("%d bytes", n) end
-  if n < 1024 * 1024 then return format("%.1f KiB", n / 1024) end
-  if n < 1024 * 1024 * 1024 then return format("%.1f MiB", n / 1048576) end
-  return format("%.1f GiB", n / 1073741824)
-end
-
 -- The whole content of a file, or nil, "ENOENT: FILE: ...", code. With max,
 -- a file larger than max bytes is refused before anything is read:
 -- nil, "EFBIG: FILE is N MiB ...", "EFBIG".
@@ -312,8 +284,6 @@ function M.read_file(path, max)
   if not s then return nil, "EIO: " .. path .. ": cannot read", "EIO" end
   return s
 end
-
-M.NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit"
 
 -- The FILE and --name of `baton job put` / `baton policy put`: returns
 -- name, source; or calls usage(msg) / die(sub, what, err) (which exit).
@@ -345,125 +315,6 @@ end
 -- The base name of a path without its .lua extension.
 function M.base_name(path)
   return (path:match("([^/]*)$"):gsub("%.lua$", ""))
-end
-
--- n random bytes as hex, from /dev/urandom (math.random as a fallback).
-local seeded = false
-function M.random_hex(n)
-  local f = io.open("/dev/urandom", "rb")
-  local bytes = f and f:read(n)
-  if f then f:close() end
-  if bytes and #bytes == n then
-    return (bytes:gsub(".", function(c) return format("%02x", c:byte()) end))
-  end
-  if not seeded then
-    math.randomseed(floor(baton.now() * 1000) % 2147483647)
-    seeded = true
-  end
-  local t = {}
-  for i = 1, n do t[i] = format("%02x", math.random(0, 255)) end
-  return concat(t)
-end
-
--- A unique id that sorts by creation time: 13 digits of Unix milliseconds,
--- "-", 16 random hex digits. Ids made on different machines in the same
--- millisecond sort in an arbitrary order; the exact order of puts is the
--- keys' create revision.
-function M.time_id()
-  return format("%013d-%s", floor(baton.now() * 1000), M.random_hex(8))
-end
-
--- The id of the manual run requested at `at` (epoch seconds, as the
--- trigger's JSON carries it): its instant with milliseconds,
--- 2026-11-29T14:02:11.532Z. The node names the run so, and baton job run
--- prints it.
-function M.manual_id(at)
-  return M.instant(at):sub(1, -2) .. format(".%03dZ", floor(at * 1000) % 1000)
-end
-
--- Who is asking, for the records: $USER@host. Without $USER (or
--- $LOGNAME): the name of the process's user in the user database, or
--- uid-N for a uid that has none (a service started with `env -i`, a
--- container): never a made-up name.
-function M.who()
-  local user = os.getenv("USER")
-  if not user or user == "" then user = os.getenv("LOGNAME") end
-  if not user or user == "" then
-    local name, uid = baton._user()
-    user = name or ("uid-" .. tostring(uid))
-  end
-  local f = io.open("/proc/sys/kernel/hostname") or io.open("/etc/hostname")
-  local host = f and f:read("*l")
-  if f then f:close() end
-  return user .. "@" .. ((host and host ~= "") and host or "localhost")
-end
-
--- The live nodes (the JSON each keeps at P nodes/<name>), sorted by name:
--- list of {name=, labels=, ...}, or nil, err. A record on no lease is not
--- a node's (a node keeps it on its session's lease, and etcd deletes it
--- with the lease): a forged or stray key, left out (docs/security.md).
-function M.live_nodes()
-  local pfx = keys.dir(M.prefix(), "nodes")
-  local r, err = baton.etcd:get(pfx, { prefix = true, sort = "key", order = "asc" })
-  if not r then return nil, err end
-  local list = {}
-  for _, kv in ipairs(r.kvs) do
-    if kv.lease then
-      local v = M.decode_object(kv.value) or {}
-      v.name = M.field(v, "name") or keys.under(pfx, kv.key)
-      if type(M.field(v, "labels")) ~= "table" then v.labels = {} end
-      list[#list + 1] = v
-    end
-  end
-  return list
-end
-
--- Labels as k=v,... sorted ("-" for none).
-function M.labels_text(labels)
-  local l = {}
-  for _, k in ipairs(M.sorted_keys(labels or {})) do l[#l + 1] = k .. "=" .. tostring(labels[k]) end
-  return #l > 0 and concat(l, ",") or "-"
-end
-
--- Why no live node can run a job with these labels, or nil when one can
--- (nodes: M.live_nodes()). The nodes decide by labels the same way
--- (baton.policies.util.eligible).
-function M.no_eligible_node(labels, nodes)
-  local eligible = require("baton.policies.util").eligible
-  for _, n in ipairs(nodes) do
-    if eligible({ labels = labels }, n) then return nil end
-  end
-  if #nodes == 0 then
-    return format("no node is live under %s (is a node running, with this --prefix?)", keys.dir(M.prefix(), "nodes"))
-  end
-  local seen = {}
-  for i, n in ipairs(nodes) do
-    if i > 5 then seen[#seen + 1] = format("and %d more", #nodes - 5); break end
-    seen[#seen + 1] = format("%s (%s)", n.name, M.labels_text(n.labels))
-  end
-  return format("no live node has the labels %s (live: %s)", M.labels_text(labels), concat(seen, ", "))
-end
-
--- Decodes a JSON object value; nil when it is not one.
-function M.decode_object(s)
-  local v = baton.json.decode(s)
-  if type(v) ~= "table" then return nil end
-  return v
-end
-
--- A JSON-decoded field: nil for JSON null.
-function M.field(t, k)
-  local v = t and t[k]
-  if v == baton.json.null then return nil end
-  return v
-end
-
--- Sorted keys of a table.
-function M.sorted_keys(t)
-  local list = {}
-  for k in pairs(t) do list[#list + 1] = k end
-  table.sort(list, function(a, b) return tostring(a) < tostring(b) end)
-  return list
 end
 
 return M

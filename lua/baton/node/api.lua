@@ -7,7 +7,7 @@ local baton = require "baton"
 local keys = require "baton.keys"
 local ops = require "baton.ops"
 local runs = require "baton.node.runs"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 local view = require "baton.node.view"
 
 local json = baton.json

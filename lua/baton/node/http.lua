@@ -22,7 +22,7 @@
 -- framing, no sniffing, no referrer).
 local baton = require "baton"
 local api = require "baton.node.api"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 
 local json = baton.json
 local format, concat, byte, char = string.format, table.concat, string.byte, string.char

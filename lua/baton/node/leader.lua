@@ -16,7 +16,7 @@ local baton = require "baton"
 local runs = require "baton.node.runs"
 local keys = require "baton.keys"
 local events = require "baton.events"
-local util = require "baton.cli.util"
+local util = require "baton.util"
 local json = baton.json
 
 local format = string.format

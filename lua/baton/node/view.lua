@@ -12,7 +12,7 @@ local baton = require "baton"
 local keys = require "baton.keys"
 local ops = require "baton.ops"
 local stored = require "baton.stored"
-local U = require "baton.cli.util"
+local U = require "baton.util"
 
 local M = {}
 M.PAGE = 1000 -- keys per request while listing a mirror

@@ -2,7 +2,7 @@
 -- decoded and checked, the channel a notifier sends to, and what a
 -- notifier job is. The format is in baton/notify.lua's header.
 local baton = require "baton"
-local util = require "baton.cli.util"
+local util = require "baton.util"
 local keys = require "baton.keys"
 local names = require "baton.names"
 

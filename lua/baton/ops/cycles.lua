@@ -5,7 +5,7 @@
 -- left out (the nodes run their last good version, whose triggers this
 -- cannot know).
 local baton = require "baton"
-local U = require "baton.cli.util"
+local util = require "baton.util"
 local keys = require "baton.keys"
 local stored = require "baton.stored"
 local events = require "baton.events"
@@ -22,7 +22,7 @@ function M.check(name, spec)
     for _, n in ipairs(list) do if n ~= "*" then named = true end end
   end
   if not named then return nil end -- ("*" never closes a cycle: see events.find_cycle)
-  local pfx = keys.dir(U.prefix(), "jobs")
+  local pfx = keys.dir(util.prefix(), "jobs")
   local r, err = baton.etcd:get(pfx, { prefix = true })
   if not r then return nil, err end
   -- (described by the sandbox, where the process trusts keys after they
