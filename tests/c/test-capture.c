@@ -66,7 +66,8 @@ int main(void) {
   big[sizeof big - 1] = '\n';
   bt_capture_close(c);
   ok(bt_capture_open(100000, &c) == 0, "a larger capture");
-  bt_capture_tap_end(&out);   /* (its tap still held the closed one) */
+  bt_capture_tap_end(&out);   /* (its taps still held the closed one) */
+  bt_capture_tap_end(&err);
   bt_capture_tap_init(&out, "prog", 0, 1);
   bt_capture_tap_feed(&out, big, sizeof big);
   l = bt_capture_take(c, &dropped);
