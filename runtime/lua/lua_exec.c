@@ -51,7 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define EXEC_MAX_OUTPUT ((size_t) 64 << 20)   /* per stream */
