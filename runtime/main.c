@@ -7,6 +7,7 @@
 #include "contain.h"
 #include "err.h"
 #include "lib.h"
+#include "lua_mod.h"
 #include "rt.h"
 
 #include <lauxlib.h>
@@ -217,8 +218,10 @@ int bt_cli_eval(int argc, char **argv) {
 
 /* Runs a subcommand written in Lua: lua/baton/cli/<name>.lua returns a
  * function that gets the subcommand's arguments and sets the exit status
- * with baton.exit (an uncaught error exits 1 with its message). */
-static int cli_lua(int argc, char **argv) {
+ * with baton.exit (an uncaught error exits 1 with its message). open, if
+ * not NULL, opens a binding of that command's own into `baton` first
+ * (lua_mod.h). */
+static int cli_lua_with(int argc, char **argv, int (*open)(lua_State *)) {
   bt_rt_t *rt;
   lua_State *L;
   int i;
@@ -228,6 +231,11 @@ static int cli_lua(int argc, char **argv) {
   if (!rt) return 1;
   L = bt_rt_L(rt);
   push_config(L);
+  if (open) {
+    lua_getglobal(L, "baton");
+    open(L);
+    lua_pop(L, 1);
+  }
   lua_getglobal(L, "require");
   lua_pushfstring(L, "baton.cli.%s", argv[0]);
   if (lua_pcall(L, 1, 1, 0) || !lua_isfunction(L, -1)) {
@@ -240,8 +248,13 @@ static int cli_lua(int argc, char **argv) {
   return run_main(rt, argc - 1);
 }
 
+static int cli_lua(int argc, char **argv) {
+  return cli_lua_with(argc, argv, NULL);
+}
+
 /* baton worker: a pooled worker of baton node, below its containment
- * process (contain.h), which this call starts and only the worker leaves. */
+ * process (contain.h), which this call starts and only the worker leaves;
+ * the worker's own binding (lua_worker.c) is opened for it alone. */
 static int cli_worker(int argc, char **argv) {
   int e;
   if (argc > 1 && is_help(argv[1])) {
@@ -257,7 +270,7 @@ static int cli_worker(int argc, char **argv) {
             bt_strerror(e));
     return 1;
   }
-  return cli_lua(argc, argv);
+  return cli_lua_with(argc, argv, bt_lua_open_worker);
 }
 
 /* baton sandbox: where stored code is described (lua/baton/stored.lua),

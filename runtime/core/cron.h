@@ -67,7 +67,7 @@ int bt_cron_parse(bt_cron_t *c, const char *expr, char *err, size_t errlen);
 /*
  * Sets *next to the first instant (epoch seconds) strictly after `after` at
  * which c fires in zone tz (NULL means UTC). For @every it is after + the
- * interval (the timer engine arms @every on the monotonic clock instead).
+ * interval (the node's timetable counts it that way, on the node's clock).
  * Returns 0; BT_ENOENT for @manual or when no instant exists before year
  * 10000; BT_EINVAL when after is outside BT_TZ_MIN_TIME..BT_TZ_MAX_TIME.
  */

@@ -11,7 +11,7 @@
  * `baton cron` prints (without "baton: "). :next returns nil for @manual
  * (and when no instant exists before year 10000); :next_n returns a
  * shorter list then. For @every the interval is added to `after` as given
- * (fractions kept); the scheduler arms @every on the monotonic clock.
+ * (fractions kept), as the node's timetable does on the node's clock.
  *
  * The userdata holds the parsed schedule by value (no heap memory, no
  * handles: zones are cached for the process's life), so there is nothing

@@ -24,13 +24,20 @@
  * stderr (or /dev/null) and returns a process object at once; see the
  * "baton.spawn" section below for its lifetime.
  *
- * In a worker, the run's output capture (baton._output_capture, below) also
- * gets the lines both of them print, unless the call says output = false.
+ * In a worker, the run's output capture (capture.h, opened by the worker's
+ * binding, lua_worker.c) also gets the lines both of them print, unless the
+ * call says output = false.
+ *
+ * Also here, the private parts about the processes baton.spawn starts:
+ * baton._children() (how many still run: a worker checks that a run left
+ * none), and for the node its workers' containment (baton._cgroup_prepare,
+ * baton._contain_oom). What only a worker has is lua_worker.c.
  */
+#include "capture.h"
 #include "cgroup.h"
 #include "contain.h"
 #include "err.h"
-#include "fence.h"
+#include "exit_text.h"
 #include "lua_mod.h"
 #include "rt.h"
 
@@ -44,17 +51,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define EXEC_MAX_OUTPUT ((size_t) 64 << 20)   /* per stream */
 #define EXEC_READ_CHUNK ((size_t) 64 << 10)
 #define KILL_GRACE_MS 2000
 #define PROC_MT "baton.process"
-#define SINK_MT "baton.output_sink"
-#define TAP_LINE_MAX 4096                    /* longer lines are cut */
-#define CHECK_TAIL_LINES 5                   /* of stderr, in check's error */
-#define CHECK_TAIL_BYTES 1024
 
 extern char **environ;
 
@@ -265,163 +267,6 @@ static void push_status(lua_State *S, int64_t status, int term_sig,
 }
 
 
-/* ---- a run's captured output ------------------------------------------- */
-
-/*
- * A worker installs one sink per run (baton._output_capture(cap)). While it
- * is installed, the stdout and stderr of every program baton.exec or
- * baton.spawn starts (unless the call says output = false, or spawn's
- * stdio = "null") are cut into lines by a tap per stream and queued in the
- * sink, which keeps at most cap bytes of text: the oldest lines are dropped
- * and counted. The worker takes the lines with sink:take(), which never
- * waits, and stores them with the rest of the run's output
- * (lua/baton/node/output.lua). So a program that prints a megabyte a second
- * costs the loop a memchr and a malloc per line, and memory up to cap.
- *
- * A line longer than TAP_LINE_MAX is queued in pieces of that size, each
- * but the last marked cont, all with the number of their tap: the worker
- * joins them again to redact its secrets before it cuts the line for good
- * (a secret is never stored in two halves). A cont piece of a tap is always
- * followed by another piece of the same tap (its end is queued when the
- * stream ends), unless the sink drops it or closes.
- *
- * The sink is counted: one reference for its box, one while it is the
- * installed capture, one per tap; the last one frees it.
- */
-typedef struct oline_s {
-  struct oline_s *next;
-  double t;               /* wall clock, epoch seconds, when it was complete */
-  size_t len;             /* of the text */
-  double tap;             /* the tap's number */
-  int is_err;             /* from stderr */
-  int cont;               /* a piece of a longer line: more of it follows */
-  char *text;             /* points into data: cmd NUL text NUL */
-  char data[];
-} oline_t;
-
-typedef struct {
-  int refs;
-  int closed;             /* no more lines are kept */
-  size_t cap, bytes;      /* bytes: text of the queued lines */
-  oline_t *head, *tail;
-  lua_Number dropped;     /* lines dropped since the last take */
-} sink_t;
-
-typedef struct {
-  sink_t *sink;           /* NULL: not tapped (or ended) */
-  double id;              /* its number, unique in the process */
-  int is_err;
-  const char *cmd;        /* argv[0]; owned by the exec or spawn state */
-  size_t len;
-  char part[TAP_LINE_MAX];
-} tap_t;
-
-typedef struct {
-  sink_t *s;
-} sinkbox_t;
-
-static sink_t *capture;   /* the installed sink, or NULL (one per process) */
-static double tap_seq;    /* the last tap's number */
-
-static void sink_clear(sink_t *s) {
-  oline_t *l = s->head, *n;
-  for (; l; l = n) {
-    n = l->next;
-    free(l);
-  }
-  s->head = s->tail = NULL;
-  s->bytes = 0;
-}
-
-static void sink_unref(sink_t *s) {
-  if (--s->refs > 0) return;
-  sink_clear(s);
-  free(s);
-}
-
-/* Queues one line of tap t (without its newline), or a piece of one (cont),
- * dropping the oldest lines while the text kept would pass the cap. */
-static void sink_push(const tap_t *t, const char *text, size_t len, int cont) {
-  sink_t *s = t->sink;
-  size_t clen = strlen(t->cmd);
-  struct timespec ts;
-  oline_t *l;
-  if (s->closed) return;
-  while (s->head && s->bytes + len > s->cap) {
-    oline_t *h = s->head;
-    s->head = h->next;
-    if (!s->head) s->tail = NULL;
-    s->bytes -= h->len;
-    s->dropped++;
-    free(h);
-  }
-  l = malloc(sizeof(*l) + clen + len + 2);
-  if (!l) {
-    s->dropped++;
-    return;
-  }
-  clock_gettime(CLOCK_REALTIME, &ts);
-  l->t = (double) ts.tv_sec + ts.tv_nsec / 1e9;
-  l->next = NULL;
-  l->len = len;
-  l->tap = t->id;
-  l->is_err = t->is_err;
-  l->cont = cont;
-  memcpy(l->data, t->cmd, clen + 1);
-  l->text = l->data + clen + 1;
-  memcpy(l->text, text, len);
-  l->text[len] = '\0';
-  if (s->tail) s->tail->next = l;
-  else s->head = l;
-  s->tail = l;
-  s->bytes += len;
-}
-
-/* Taps a stream of a program into the installed sink, if there is one and
- * want is true. */
-static void tap_init(tap_t *t, const char *cmd, int is_err, int want) {
-  t->sink = want ? capture : NULL;
-  t->id = ++tap_seq;
-  t->is_err = is_err;
-  t->cmd = cmd;
-  t->len = 0;
-  if (t->sink) t->sink->refs++;
-}
-
-/* Cuts n bytes of output into lines for the sink. */
-static void tap_feed(tap_t *t, const char *p, size_t n) {
-  if (!t->sink) return;
-  while (n > 0) {
-    const char *nl = memchr(p, '\n', n);
-    size_t take = nl ? (size_t) (nl - p) : n;
-    if (t->len + take > TAP_LINE_MAX) {
-      size_t room = TAP_LINE_MAX - t->len;
-      memcpy(t->part + t->len, p, room);
-      sink_push(t, t->part, TAP_LINE_MAX, 1);
-      t->len = 0;
-      p += room;
-      n -= room;
-      continue;
-    }
-    memcpy(t->part + t->len, p, take);
-    t->len += take;
-    if (!nl) return;
-    sink_push(t, t->part, t->len, 0);
-    t->len = 0;
-    p = nl + 1;
-    n -= take + 1;
-  }
-}
-
-/* The stream ended: an unfinished last line is queued, the sink let go. */
-static void tap_end(tap_t *t) {
-  if (!t->sink) return;
-  if (t->len > 0) sink_push(t, t->part, t->len, 0);
-  t->len = 0;
-  sink_unref(t->sink);
-  t->sink = NULL;
-}
-
 /* The output option of exec and spawn (at idx): true unless false. */
 static int want_output(lua_State *L, int idx, const char *api) {
   if (lua_isnil(L, idx)) return 1;
@@ -429,97 +274,6 @@ static int want_output(lua_State *L, int idx, const char *api) {
     return luaL_error(L, "%s: output must be a boolean (got %s)", api,
                       luaL_typename(L, idx));
   return lua_toboolean(L, idx);
-}
-
-static sink_t *check_sink(lua_State *L) {
-  sinkbox_t *b = luaL_checkudata(L, 1, SINK_MT);
-  if (!b->s) luaL_error(L, "baton.output_sink: closed");
-  return b->s;
-}
-
-/* Lets go of the box's sink: no more lines, and no longer installed. */
-static void sinkbox_close(sinkbox_t *b) {
-  sink_t *s = b->s;
-  if (!s) return;
-  b->s = NULL;
-  s->closed = 1;
-  sink_clear(s);
-  if (capture == s) {
-    capture = NULL;
-    s->refs--;            /* the capture's; the box still holds one */
-  }
-  sink_unref(s);
-}
-
-/* baton._output_capture(cap) -> sink: from now on, until sink:close(), the
- * output of programs started by exec and spawn is queued in it too (worker
- * only; one at a time: a new one replaces the installed one). */
-static int l_output_capture(lua_State *L) {
-  lua_Number cap = luaL_checknumber(L, 1);
-  sinkbox_t *b;
-  sink_t *s;
-  if (!(cap >= 1) || cap > 1e12)
-    return luaL_error(L, "baton._output_capture: cap must be >= 1 byte");
-  b = lua_newuserdata(L, sizeof(*b));
-  b->s = NULL;
-  luaL_getmetatable(L, SINK_MT);
-  lua_setmetatable(L, -2);
-  s = calloc(1, sizeof(*s));
-  if (!s) return bt_push_fail(L, BT_ENOMEM, NULL);
-  s->cap = (size_t) cap;
-  s->refs = 2;            /* the box, the capture */
-  if (capture) sink_unref(capture);
-  capture = s;
-  b->s = s;
-  return 1;
-}
-
-/* sink:take() -> {{t=, stream=, cmd=, text=, tap=, cont=}, ...}, dropped;
- * nothing at all when no line came and none was dropped since the last
- * take. tap numbers the stream of a program; cont is true for a piece of a
- * longer line (see above). */
-static int l_sink_take(lua_State *L) {
-  sink_t *s = check_sink(L);
-  oline_t *l, *n;
-  int i = 0;
-  if (!s->head && s->dropped == 0) return 0;
-  lua_newtable(L);
-  /* stack: sink list */
-  for (l = s->head; l; l = n) {
-    n = l->next;
-    lua_createtable(L, 0, 6);
-    lua_pushnumber(L, l->t);
-    lua_setfield(L, -2, "t");
-    lua_pushnumber(L, l->tap);
-    lua_setfield(L, -2, "tap");
-    if (l->cont) {
-      lua_pushboolean(L, 1);
-      lua_setfield(L, -2, "cont");
-    }
-    lua_pushstring(L, l->is_err ? "stderr" : "stdout");
-    lua_setfield(L, -2, "stream");
-    lua_pushstring(L, l->data);
-    lua_setfield(L, -2, "cmd");
-    lua_pushlstring(L, l->text, l->len);
-    lua_setfield(L, -2, "text");
-    lua_rawseti(L, -2, ++i);
-    free(l);
-  }
-  s->head = s->tail = NULL;
-  s->bytes = 0;
-  lua_pushnumber(L, s->dropped);
-  s->dropped = 0;
-  return 2;
-}
-
-static int l_sink_close(lua_State *L) {
-  sinkbox_close(luaL_checkudata(L, 1, SINK_MT));
-  return 0;
-}
-
-static int l_sink_gc(lua_State *L) {
-  sinkbox_close(luaL_checkudata(L, 1, SINK_MT));
-  return 0;
 }
 
 /* ---- baton.exec -------------------------------------------------------- */
@@ -536,7 +290,7 @@ typedef struct {
   uv_write_t wreq;
   bt_co_t *co;            /* the waiting coroutine; NULL once resumed/killed */
   obuf_t obuf, ebuf;
-  tap_t tout, terr;       /* into the run's output capture, if any */
+  bt_capture_tap_t tout, terr;       /* into the run's output capture, if any */
   int nopen;              /* initialised handles not yet closed */
   int pid;
   int spawned, exited, term_sig;
@@ -557,8 +311,8 @@ typedef struct {
 static void on_close(uv_handle_t *h) {
   exec_t *e = h->data;
   if (--e->nopen > 0) return;
-  tap_end(&e->tout);
-  tap_end(&e->terr);
+  bt_capture_tap_end(&e->tout);
+  bt_capture_tap_end(&e->terr);
   free(e->obuf.p);
   free(e->ebuf.p);
   free(e);
@@ -598,90 +352,11 @@ static void push_stream(lua_State *S, const obuf_t *b, size_t tail) {
   lua_pushlstring(S, p, len);
 }
 
-static int is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-/* The tail of a program's stderr for an error message, into out (size at
- * least CHECK_TAIL_BYTES + 8): its last CHECK_TAIL_LINES non-empty lines,
- * trailing blanks removed, joined by " | ", at most CHECK_TAIL_BYTES bytes
- * of them. When that limit falls inside a line, the text starts after the
- * first blank past it (so that no word, a secret perhaps, is shown cut in
- * two) and "..." says something was left out. Returns the length (0: the
- * program wrote nothing but blanks). lua/baton/cli/worker.lua makes the
- * same tail for a command job, after redacting its secrets. */
-static size_t stderr_tail(const char *p, size_t len, char *out) {
-  size_t starts[CHECK_TAIL_LINES], ends[CHECK_TAIL_LINES];
-  size_t nl = 0, keep = 0, total = 0, i = len, o = 0, k;
-  /* the last lines, newest first: [starts[k], ends[k]) */
-  while (nl < CHECK_TAIL_LINES) {
-    while (i > 0 && is_space(p[i - 1])) i--;
-    if (i == 0) break;
-    ends[nl] = i;
-    while (i > 0 && p[i - 1] != '\n') i--;
-    starts[nl] = i;
-    while (is_space(p[starts[nl]])) starts[nl]++;
-    nl++;
-  }
-  if (nl == 0) return 0;
-  /* the newest of them that fit, with a " | " between two */
-  while (keep < nl) {
-    size_t add = ends[keep] - starts[keep] + (keep ? 3 : 0);
-    if (total + add > CHECK_TAIL_BYTES) break;
-    total += add;
-    keep++;
-  }
-  if (keep == 0) {
-    /* the last line alone is too long: its end, from a word's start */
-    size_t s = ends[0] - (CHECK_TAIL_BYTES - 3);
-    for (k = s; k < ends[0] && !is_space(p[k]); k++) {}
-    if (k < ends[0]) s = k + 1;
-    else while (s < ends[0] && ((unsigned char) p[s] & 0xc0) == 0x80) s++;
-    memcpy(out, "...", 3);
-    memcpy(out + 3, p + s, ends[0] - s);
-    return 3 + ends[0] - s;
-  }
-  if (keep < nl) {
-    memcpy(out, "... | ", 6);
-    o = 6;
-  }
-  for (k = keep; k-- > 0;) {
-    memcpy(out + o, p + starts[k], ends[k] - starts[k]);
-    o += ends[k] - starts[k];
-    if (k > 0) {
-      memcpy(out + o, " | ", 3);
-      o += 3;
-    }
-  }
-  return o;
-}
-
-/* How a program ended, for an error message, into msg (size bytes):
- * "exited with status 3: <stderr's tail>" or "was killed by signal 9
- * (SIGKILL): ...", without the tail when err holds nothing but blanks. */
-static void exit_text(char *msg, size_t size, int64_t status, int term_sig,
-                      const char *err, size_t errlen) {
-  char tail[CHECK_TAIL_BYTES + 8];
-  size_t tlen = stderr_tail(err, errlen, tail);
-  const char *name = term_sig ? bt__signal_name(term_sig) : NULL;
-  int n;
-  if (term_sig)
-    n = snprintf(msg, size, "was killed by signal %d%s%s%s", term_sig, name ? " (" : "",
-                 name ? name : "", name ? ")" : "");
-  else
-    n = snprintf(msg, size, "exited with status %d", (int) status);
-  if (n < 0 || (size_t) n + 2 + tlen >= size) return;
-  memcpy(msg + n, ": ", 2);
-  memcpy(msg + n + 2, tail, tlen);
-  msg[n + 2 + tlen] = '\0';
-  if (tlen == 0) msg[n] = '\0';
-}
-
 /* Pushes check's failure for a program that exited with a non-zero status
  * or was killed: nil, "ECHILD: cmd exited with status 3: <stderr's tail>",
  * "ECHILD". */
 static int push_check_fail(lua_State *S, const exec_t *e) {
-  char text[CHECK_TAIL_BYTES + 100];
+  char text[BT_EXIT_TEXT_MAX];
   const char *err = e->ebuf.p ? e->ebuf.p : "";
   size_t len = e->ebuf.len;
   int n;
@@ -690,28 +365,13 @@ static int push_check_fail(lua_State *S, const exec_t *e) {
     err += len - e->tail;
     len = e->tail;
   }
-  exit_text(text, sizeof(text), e->exit_status, e->term_sig, err, len);
+  bt_exit_text(text, sizeof(text), e->exit_status, e->term_sig,
+               e->term_sig ? bt__signal_name(e->term_sig) : NULL, err, len);
   lua_pushfstring(S, "%s %s", e->cmd, text);
   /* stack: text nil msg code */
   n = bt_push_fail(S, BT_ECHILD, lua_tostring(S, -1));
   lua_remove(S, -n - 1);
   return n;
-}
-
-/* baton._exit_text(code, signal, stderr) -> "exited with status 3: ..."
- * (what check's error says after the program's name) or nil for code 0
- * and no signal: for a command job (lua/baton/cli/worker.lua), which
- * redacts stderr's secrets before it is cut. */
-static int l_exit_text(lua_State *L) {
-  char text[CHECK_TAIL_BYTES + 100];
-  lua_Number code = luaL_checknumber(L, 1);
-  int sig = (int) luaL_optnumber(L, 2, 0);
-  size_t len = 0;
-  const char *err = luaL_optlstring(L, 3, "", &len);
-  if (code == 0 && sig == 0) return 0;
-  exit_text(text, sizeof(text), (int64_t) code, sig, err, len);
-  lua_pushstring(L, text);
-  return 1;
 }
 
 /* Pushes the result (or failure) onto the coroutine's stack and resumes it;
@@ -820,7 +480,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
   if (nread > 0) {
     b->len += (size_t) nread;
-    tap_feed(is_out ? &e->tout : &e->terr, b->p + b->len - nread, (size_t) nread);
+    bt_capture_tap_feed(is_out ? &e->tout : &e->terr, b->p + b->len - nread, (size_t) nread);
     if (e->tail && b->len >= 2 * e->tail) {
       /* tail mode: the last tail bytes move to the front (at most every
        * tail bytes read, so the copying stays linear) */
@@ -838,7 +498,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   /* EOF, or a read error that ends the stream the same way. */
-  tap_end(is_out ? &e->tout : &e->terr);
+  bt_capture_tap_end(is_out ? &e->tout : &e->terr);
   if (is_out && e->out_open) {
     e->out_open = 0;
     close_handle(&e->out);
@@ -965,8 +625,8 @@ static int l_exec(lua_State *L) {
   e->timeout = timeout;
   e->tail = (size_t) tail;
   e->check = check;
-  tap_init(&e->tout, e->cmd, 0, output);
-  tap_init(&e->terr, e->cmd, 1, output);
+  bt_capture_tap_init(&e->tout, e->cmd, 0, output);
+  bt_capture_tap_init(&e->terr, e->cmd, 1, output);
 
   uv_timer_init(loop, &e->timer);
   uv_pipe_init(loop, &e->out, 0);
@@ -1069,7 +729,7 @@ struct proc_s {
   int stop_signal;        /* what the closer sends; SIGKILL by default */
   int piped;              /* stdout and stderr are pipes into the capture */
   uv_pipe_t out, err;     /* (then) read until their EOF */
-  tap_t tout, terr;
+  bt_capture_tap_t tout, terr;
   char cmd[];             /* argv[0], for messages */
 };
 
@@ -1092,7 +752,7 @@ static void on_proc_close(uv_handle_t *h) {
 /* A captured output pipe of a spawned program is closed: its tap ends. */
 static void on_spawn_pipe_close(uv_handle_t *h) {
   proc_t *p = h->data;
-  tap_end(h == (uv_handle_t *) &p->out ? &p->tout : &p->terr);
+  bt_capture_tap_end(h == (uv_handle_t *) &p->out ? &p->tout : &p->terr);
   proc_unref(p);
 }
 
@@ -1114,7 +774,7 @@ static void on_spawn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   proc_t *p = st->data;
   int is_out = st == (uv_stream_t *) &p->out;
   if (nread > 0) {
-    tap_feed(is_out ? &p->tout : &p->terr, buf->base, (size_t) nread);
+    bt_capture_tap_feed(is_out ? &p->tout : &p->terr, buf->base, (size_t) nread);
     return;
   }
   if (nread == 0) return;
@@ -1307,7 +967,7 @@ static int l_spawn(lua_State *L) {
     stdio[i].flags = null_stdio ? UV_IGNORE : UV_INHERIT_FD;
     stdio[i].data.fd = i;
   }
-  if (!null_stdio && output && capture) {
+  if (!null_stdio && output && bt_capture_installed()) {
     p->piped = 1;
     uv_pipe_init(bt_lua_loop(L), &p->out, 0);
     uv_pipe_init(bt_lua_loop(L), &p->err, 0);
@@ -1315,8 +975,8 @@ static int l_spawn(lua_State *L) {
     stdio[1].flags = stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[1].data.stream = (uv_stream_t *) &p->out;
     stdio[2].data.stream = (uv_stream_t *) &p->err;
-    tap_init(&p->tout, p->cmd, 0, 1);
-    tap_init(&p->terr, p->cmd, 1, 1);
+    bt_capture_tap_init(&p->tout, p->cmd, 0, 1);
+    bt_capture_tap_init(&p->terr, p->cmd, 1, 1);
   }
   po.file = c.argv[0];
   po.args = c.argv;
@@ -1516,88 +1176,6 @@ static int l_children(lua_State *L) {
   return 1;
 }
 
-/* ---- the end of a worker's run ---------------------------------------- */
-
-/* A sweep request to the worker's containment process (contain.h): the
- * answer signal or the timer ends it, whichever comes first; both handles
- * are closed and the box freed by the second close callback. */
-typedef struct {
-  uv_signal_t sig;
-  uv_timer_t timer;
-  bt_co_t *co;
-  int open;
-} sweep_t;
-
-static void on_sweep_close(uv_handle_t *h) {
-  sweep_t *s = h->data;
-  if (--s->open == 0) free(s);
-}
-
-static void sweep_close(sweep_t *s) {
-  uv_signal_stop(&s->sig);
-  uv_timer_stop(&s->timer);
-  uv_close((uv_handle_t *) &s->sig, on_sweep_close);
-  uv_close((uv_handle_t *) &s->timer, on_sweep_close);
-}
-
-static void sweep_end(sweep_t *s, int ok) {
-  bt_co_t *co = s->co;
-  lua_State *S = bt_co_stack(co);
-  sweep_close(s);
-  if (ok) {
-    lua_pushboolean(S, 1);
-    bt_co_resume(co, 1);
-  } else {
-    bt_co_resume(co, bt_push_fail(S, BT_ETIMEDOUT, "the run's processes did not end"));
-  }
-}
-
-static void on_swept(uv_signal_t *h, int signum) {
-  sweep_end(h->data, 1);
-}
-
-static void on_sweep_timeout(uv_timer_t *t) {
-  sweep_end(t->data, 0);
-}
-
-static void sweep_cancel(void *data) {
-  sweep_close(data);
-}
-
-/* baton._sweep(timeout) -> true | nil, err, code (worker only): asks the
- * containment process to end every process of the run but the worker, and
- * waits until it says they are gone. false when the worker runs without
- * containment. */
-static int l_sweep(lua_State *L) {
-  double secs = luaL_checknumber(L, 1);
-  bt_co_t *co;
-  sweep_t *s;
-  if (!getenv("BATON_CONTAINED")) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
-  co = bt_co_current(L, "baton._sweep");
-  s = calloc(1, sizeof(*s));
-  if (!s) return bt_push_fail(L, BT_ENOMEM, NULL);
-  s->co = co;
-  s->open = 2;
-  uv_signal_init(bt_lua_loop(L), &s->sig);
-  uv_timer_init(bt_lua_loop(L), &s->timer);
-  s->sig.data = s->timer.data = s;
-  uv_signal_start_oneshot(&s->sig, on_swept, BT_CONTAIN_SWEPT);
-  bt_timer_start_secs(L, &s->timer, on_sweep_timeout, secs);
-  kill(getppid(), BT_CONTAIN_SWEEP);
-  return bt_co_wait(L, co, sweep_cancel, s);
-}
-
-/* baton._fenced() -> bool: the fence board this process can read (a
- * worker reads its node's, fence.h) says the node's lease may be gone. */
-static int l_fenced(lua_State *L) {
-  uint64_t until = bt_fence_until();
-  lua_pushboolean(L, until != BT_FENCE_NONE && bt_fence_now_ms() >= until);
-  return 1;
-}
-
 /* baton._cgroup_prepare() -> dir | nil, err, code (the node, once, before
  * it starts a worker): readies this process's cgroup for its workers'
  * memory limits (cgroup.h); dir is where their cgroups go. */
@@ -1635,32 +1213,12 @@ int bt_lua_open_exec(lua_State *L) {
     lua_setfield(L, -2, "__name");
   }
   lua_pop(L, 1);
-  if (luaL_newmetatable(L, SINK_MT)) {
-    static const luaL_Reg sink_methods[] = {
-      {"take", l_sink_take}, {"close", l_sink_close}, {NULL, NULL}
-    };
-    /* stack: baton mt */
-    lua_newtable(L);
-    luaL_register(L, NULL, sink_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_sink_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_pushcfunction(L, l_output_capture);
-  lua_setfield(L, -2, "_output_capture");
   lua_pushcfunction(L, l_exec);
   lua_setfield(L, -2, "exec");
   lua_pushcfunction(L, l_spawn);
   lua_setfield(L, -2, "spawn");
   lua_pushcfunction(L, l_children);
   lua_setfield(L, -2, "_children");
-  lua_pushcfunction(L, l_exit_text);
-  lua_setfield(L, -2, "_exit_text");
-  lua_pushcfunction(L, l_sweep);
-  lua_setfield(L, -2, "_sweep");
-  lua_pushcfunction(L, l_fenced);
-  lua_setfield(L, -2, "_fenced");
   lua_pushcfunction(L, l_cgroup_prepare);
   lua_setfield(L, -2, "_cgroup_prepare");
   /* the exit status of a worker whose run went over its memory limit */

@@ -24,6 +24,9 @@ int bt_lua_open_sign(lua_State *L);   /* baton._sign (Ed25519) */
 int bt_lua_open_hash(lua_State *L);   /* baton._sha256 (libcrypto) */
 int bt_lua_open_sandbox(lua_State *L); /* baton._sandbox (confine.h) */
 int bt_lua_open_os(lua_State *L);     /* baton._terminal, baton._user */
+/* Opened by `baton worker` only (main.c), not by bt_rt_new: baton._sweep,
+ * baton._fenced, baton._output_capture, baton._exit_text. */
+int bt_lua_open_worker(lua_State *L);
 
 /* The parent's end of a spawn channel (lua_chan.c): bt__chan_new pushes a
  * channel object and returns its pipe, to be given to uv_spawn as a

@@ -1,7 +1,8 @@
 -- The parts of a run's kept output that need no etcd (node/output.lua):
 -- the key scheme, redaction, the cap of the queue, reading chunks back with
--- markers for dropped lines, the format of a line, and the capture of what
--- programs print (baton._output_capture, exec/spawn output = false).
+-- markers for dropped lines, the format of a line; that the capture of
+-- what programs print is not in eval (tests/c/test-worker-binding.lua has
+-- it).
 -- Storing and fencing are tested with real nodes in node-output.lua.
 local T = require "tap"
 local output = require "baton.node.output"
@@ -59,28 +60,13 @@ T.is(output.format { t = 0, stream = "log", level = "warn", text = "disk", field
 T.is(output.format { t = 0, stream = "stderr", cmd = "pg_dump", text = "oops" },
      "1970-01-01T00:00:00.000Z pg_dump:err oops", "a program's line: PROGRAM:err")
 
--- The capture: exec and spawn tee into it; output = false opts out.
-local sink = baton._output_capture(200)
-local r = assert(baton.exec { "sh", "-c", "i=1; while [ $i -le 30 ]; do echo l$i; i=$((i+1)); done; echo e >&2" })
-T.ok(r.stdout:find("l30\n", 1, true), "exec still returns all its output")
-local got, dropped = sink:take()
-T.ok(got and got[#got].text == "e" and got[#got].stream == "stderr" and got[#got].cmd == "sh",
-     "the capture has the program's lines with stream and command")
-local kept_bytes = 0
-for _, l in ipairs(got or {}) do kept_bytes = kept_bytes + #l.text end
-T.ok(kept_bytes <= 200, "the capture keeps at most its cap")
-T.is(#got + dropped, 31, "and counts what it dropped")
-T.is(select("#", sink:take()), 0, "nothing more to take")
-assert(baton.exec { "echo", "hidden", output = false })
-T.is(select("#", sink:take()), 0, "exec with output = false is not captured")
-local p = assert(baton.spawn { "sh", "-c", "echo from-spawn" })
-p:wait()
-baton.sleep(0.1)
-got = sink:take()
-T.ok(got and got[1].text == "from-spawn", "a spawned program's stdout is captured")
+-- The capture (baton._output_capture) is the worker's: `baton eval` has
+-- none of the worker's binding. tests/c/test-worker-binding.lua tests it
+-- where `baton worker` opens it.
+for _, name in ipairs { "_output_capture", "_sweep", "_fenced", "_exit_text" } do
+  T.is(baton[name], nil, "baton." .. name .. " is the worker's only")
+end
 T.error_like(function() baton.exec { "true", output = "no" } end, "output must be a boolean",
              "output must be a boolean")
-sink:close()
-T.error_like(function() sink:take() end, "closed", "a closed sink cannot be taken from")
 
 T.done()
