@@ -8,7 +8,8 @@
 -- given as it was.
 --
 -- A run goes through these states:
---   claimed    "running"    an attempt is claimed (attempt 1, or the next)
+--   claimed    "running"    an attempt is claimed (attempt 1, or the next);
+--                           fenced once the claim is in etcd
 --   skipped    "skipped"    attempt 0: the run was never started
 --   ended      the attempt's end, on the node or (a success) its worker:
 --              "succeeded", "failed", "killed", "abandoned", or "retrying"
