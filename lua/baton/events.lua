@@ -47,6 +47,7 @@
 -- CLI (cycles), the conductor and the worker share it.
 local baton = require "baton"
 local keys = require "baton.keys"
+local record = require "baton.record"
 local json = baton.json
 local output = require "baton.node.output"
 
@@ -149,6 +150,7 @@ function M.payload(job, id, rec)
   if err == json.null then err = nil end
   local up = type(rec.event) == "table" and rec.event or {}
   local origin = type(up.origin) == "table" and up.origin or { job = job, id = id, fire = rec.fire }
+  -- not a run record: what an event says about one
   return { job = job, id = id, fire = rec.fire, state = rec.state, node = rec.node,
            attempt = rec.attempt, error = keep_tail(err, M.ERROR_CAP),
            depth = (tonumber(up.depth) or 0) + 1, origin = origin }
@@ -277,14 +279,13 @@ end
 function M.skip(self, name, j, id, pmod, req, why)
   local P, now = self.P, self.now()
   local run_key, pending_key = keys.key(P, "runs", name, id), keys.key(P, "pending", name, id)
-  local rec = { job = name, fire = req.fire, node = self.name, attempt = 0, state = "skipped",
-                started = now, finished = now, error = why, code_revision = j.spec.revision,
-                event = req.event }
-  local ops = { { put = { key = run_key, value = json.encode(rec, TEXT) } },
+  local run = { job = name, id = id, fire = req.fire, event = req.event, events = M.targets(self, name) }
+  local rec = record.skipped(run, self.name, now, why, { code_revision = j.spec.revision })
+  local ops = { { put = { key = run_key, value = record.encode(rec) } },
                 { delete = { key = pending_key } },
                 -- (runs requires this module: asked for here, not at the top)
                 require("baton.node.runs").last_op(P, name, id, rec) }
-  M.add(P, { job = name, id = id, events = M.targets(self, name) }, rec, ops)
+  M.add(P, run, rec, ops)
   local r = self.e:txn {
     compare = { { key = run_key, target = "create", op = "==", value = 0 },
                 { key = pending_key, target = "mod", op = "==", value = pmod } },

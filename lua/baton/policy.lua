@@ -449,12 +449,14 @@ function M.preview(mod)
   end
   local cells = {}
   for attempt = 1, 4 do
+    -- not a run record: a sample the policy is asked about
     local rok, d = M.call(mod, "retry_delay", sjob, { job = sjob.name, attempt = attempt, state = "failed",
       node = "n1", error = "exit status 1" }, "exit status 1")
     if not rok then ok = false; cells[#cells + 1] = attempt .. " FAILED: " .. d
     else cells[#cells + 1] = attempt .. " -> " .. (d and util.show_delay(d) or "give up") end
   end
   line("retry_delay" .. from("retry_delay") .. " after attempt: " .. concat(cells, ", "))
+  -- not a run record: a sample the policy is asked about
   local ook, o = M.call(mod, "on_orphan", sjob, { job = sjob.name, attempt = 1, state = "running", node = "n2" })
   if not ook then ok = false; line("on_orphan" .. from("on_orphan") .. ": FAILED: " .. o)
   else line("on_orphan" .. from("on_orphan") .. ": " .. o) end

@@ -82,6 +82,7 @@ local ENDED = { succeeded = true, failed = true, abandoned = true, skipped = tru
 -- the run not ended) how attempt a ended: {what, state, node, started,
 -- finished, error, attempt (nil for an attempt's end)}.
 local function ending(rec, a)
+  -- not a run record: what is shown of one read
   local x = { what = "run ended", state = U.field(rec, "state"), node = U.field(rec, "node"),
               started = U.field(rec, "started"), finished = U.field(rec, "finished"),
               error = U.field(rec, "error"), attempt = U.field(rec, "attempt") }
@@ -89,6 +90,7 @@ local function ending(rec, a)
     x.what, x.attempt = "attempt " .. tostring(a) .. " ended", nil
     for _, at in ipairs(type(rec.attempts) == "table" and rec.attempts or {}) do
       if type(at) == "table" and at.attempt == a then
+        -- not a run record: what is shown of one read
         x.state, x.node, x.started = U.field(at, "state"), U.field(at, "node"), U.field(at, "started")
         x.finished, x.error = U.field(at, "finished"), U.field(at, "error")
       end

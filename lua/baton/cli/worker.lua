@@ -56,6 +56,7 @@
 -- dies, its containment process ends the worker and everything below it.
 local baton = require "baton"
 local keys = require "baton.keys"
+local record = require "baton.record"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
 local runs = require "baton.node.runs"
@@ -129,8 +130,8 @@ end
 local function record_success(run, started)
   local rec = opt(run.record)
   if not rec or baton._fenced() then return false end
-  rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
-  rec.duration = rec.finished - (rec.started or started)
+  rec = record.ended(rec, "succeeded", { finished = baton.now() + (run.clock or 0), fence = run.fence,
+                                         started = started })
   return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task),
                                                       events = opt(run.events) },
                          run.fence, rec) ~= nil

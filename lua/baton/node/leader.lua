@@ -15,6 +15,7 @@
 local baton = require "baton"
 local runs = require "baton.node.runs"
 local keys = require "baton.keys"
+local record = require "baton.record"
 local events = require "baton.events"
 local util = require "baton.util"
 local json = baton.json
@@ -59,36 +60,30 @@ local function check_inflight(self, job, id)
     e:delete(k.inflight) -- finished records carry no inflight entry
     return
   end
-  -- The claim wrote the record in the transaction that made the fence.
-  rec.fence = rec.fence or kv.mod_revision
+  -- (Its fence, when the record names none, is the record's mod revision:
+  -- the claim wrote the record in the transaction that made the fence.)
   local why = "node " .. tostring(rec.node) .. " was lost"
-  rec.attempts = rec.attempts or {}
-  rec.attempts[#rec.attempts + 1] = runs.attempt_entry(rec, "lost", why, now)
-  rec.token = nil
+  rec = record.lost(rec, now, why, kv.mod_revision)
   local decision
   if r.responses[5].count > 0 then
     -- Asked to stop for good (replace, baton job kill): not run again.
     local c = runs.cancel_request(r.responses[5].kvs[1].value)
     decision = "killed"
-    rec.state, rec.error, rec.killed_by = "killed", c.reason .. "; " .. why, c.by
+    rec = record.killed(rec, now, c.reason .. "; " .. why, c.by)
   else
     decision = self.decide(job, j.spec, "on_orphan", { instant = id }, self.job_view(job, j.spec), rec)
-    rec.error = why
+    rec = decision == "rerun" and record.retrying(rec, now, why) or record.abandoned(rec, now, why)
   end
   fields.decision = decision
-  local ops = { { put = { key = k.run } } }
+  local ops = { { put = { key = k.run, value = record.encode(rec) } } }
   if decision == "rerun" then
-    rec.state, rec.retry_at = "retrying", now
     ops[2] = { put = { key = k.pending, value = json.encode {
       at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
     ops[3] = runs.last_op(P, job, id, rec)
   else
-    if decision == "abandon" then rec.state = "abandoned" end
-    rec.finished = now
     runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
                         events = events.targets(self, job) }, ops, rec)
   end
-  ops[1].put.value = json.encode(rec)
   local w = e:txn { compare = guard, success = ops }
   if not (w and w.succeeded) then return end
   self.metrics:orphan(job, rec.state)
@@ -430,13 +425,12 @@ function M.settle_misfires(self, name, j, missed, now)
     else
       local why = not in_time(m.fire) and events.late_reason(spec)
         or format("misfire: missed while no node ran it (misfire = %s)", spec.misfire)
-      local rec = { job = name, fire = m.fire, shard = m.shard, node = self.name, attempt = 0,
-                    state = "skipped", started = now, finished = now, error = why,
-                    code_revision = spec.revision }
+      local run = { job = name, id = id, fire = m.fire, shard = m.shard and { index = m.shard } or nil,
+                    events = events.targets(self, name) }
+      local rec = record.skipped(run, self.name, now, why, { code_revision = spec.revision })
       local r = e:txn { compare = absent,
-        success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
-                             rec, { { put = { key = key, value = json.encode(rec) } },
-                                    runs.last_op(P, name, id, rec) }) }
+        success = events.add(P, run, rec, { { put = { key = key, value = record.encode(rec) } },
+                                            runs.last_op(P, name, id, rec) }) }
       if r and r.succeeded then skipped = skipped + 1; self.metrics:skip(name, why) end
     end
   end

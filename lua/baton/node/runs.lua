@@ -40,6 +40,7 @@
 local baton = require "baton"
 local events = require "baton.events"
 local keys = require "baton.keys"
+local record = require "baton.record"
 local json = baton.json
 
 local format = string.format
@@ -60,15 +61,8 @@ function M.attempt_key(run)
   return run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
 end
 
--- The value of P last/<job> for the record rec of run id: the id first,
--- so that values compare as the run keys do (M.last_op).
-function M.last_value(id, rec)
-  local rest = json.encode({ state = rec.state, fire = rec.fire, started = rec.started,
-                              finished = rec.finished, node = rec.node, attempt = rec.attempt }, TEXT)
-  return '{"run":' .. json.encode(id, TEXT) .. (rest == "{}" and "}" or ("," .. rest:sub(2)))
-end
-
--- The operation that makes P last/<job> say record rec of run id, unless it
+-- The operation that makes P last/<job> say record rec of run id (its
+-- value: record.last_value, which starts with the id), unless it
 -- names a newer run: one etcd comparison of values. A value starts with
 -- {"run":"<id>" and goes on with '"', so comparing it with
 -- {"run":"<id># (one more than '"') is comparing the ids as etcd orders
@@ -77,7 +71,7 @@ end
 -- when the caller knows the key is there (exists: see M.claim), that
 -- branch, which carries the value a second time, is left out.
 function M.last_op(P, job, id, rec, exists)
-  local key, value = keys.key(P, "last", job), M.last_value(id, rec)
+  local key, value = keys.key(P, "last", job), record.last_value(id, rec)
   local put = { { put = { key = key, value = value } } }
   return { txn = {
     compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id, TEXT):sub(1, -2) .. "#" } },
@@ -204,12 +198,6 @@ local function alive_compare(self, s)
   return { key = keys.key(self.P, "nodes", self.name), target = "lease", op = "==", value = s.lease }
 end
 
--- A failed attempt's entry in attempts[], from the record of the attempt.
-function M.attempt_entry(rec, state, err, now)
-  return { attempt = rec.attempt, node = rec.node, state = state, started = rec.started,
-           finished = now, error = err, fence = rec.fence }
-end
-
 -- Whether the claim with this token is in etcd (after a request whose
 -- result was lost): the marker it created says so. Asks until etcd answers
 -- or the session is lost. Returns the marker's kv, false, or nil.
@@ -252,13 +240,10 @@ local function skip_txn(self, run, s, why, opts)
   local cmp = { { key = k.run, target = "create", op = "==", value = 0 }, alive_compare(self, s) }
   for _, c in ipairs(opts.compare or {}) do cmp[#cmp + 1] = c end
   for _, c in ipairs(opts.extra_compare or {}) do cmp[#cmp + 1] = c end
-  local skipped = {
-    job = run.job, fire = run.fire, node = self.name, attempt = 0, state = "skipped",
-    started = now, finished = now, code_revision = spec.revision, manual = run.manual or nil,
-    shard = run.shard and run.shard.index or nil, params = run_params(spec, run.params),
-    event = run.event, error = why }
+  local skipped = record.skipped(run, self.name, now, why,
+                                 { code_revision = spec.revision, params = run_params(spec, run.params) })
   local last = M.last_op(P, run.job, run.id, skipped, j and j.last_known)
-  local ops = { { put = { key = k.run, value = json.encode(skipped, TEXT) } }, last }
+  local ops = { { put = { key = k.run, value = record.encode(skipped) } }, last }
   for _, op in ipairs(opts.skip_ops or {}) do ops[#ops + 1] = op end
   events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) }, skipped, ops)
   return { compare = cmp, success = ops, failure = what_is_there(k) },
@@ -292,19 +277,14 @@ function M.claim(self, run, opts)
   local now = self.now()
   run.attempt = prev and (prev.rec.attempt or 0) + 1 or 1
   local holds = exclusive(spec) and not opts.force and (not prev or prev.rec.exclusive == true)
-  local rec = {
-    job = run.job, fire = run.fire, node = self.name, attempt = run.attempt,
-    state = "running", started = now, code_revision = spec.revision,
-    manual = run.manual or nil, task = run.task and run.task.key or nil,
-    shard = run.shard and run.shard.index or nil, exclusive = holds or nil,
-    attempts = prev and prev.rec.attempts or {}, token = token, event = run.event,
-    params = prev and prev.rec.params or run_params(spec, run.params),
-  }
+  local rec = record.claimed(run, self.name, now, {
+    code_revision = spec.revision, token = token, exclusive = holds, prev = prev and prev.rec,
+    params = run_params(spec, run.params) })
   local marker = json.encode({ node = self.name, attempt = run.attempt, token = token }, TEXT)
   local compare = { alive_compare(self, s) }
   local success = {
     { get = { key = k.cancel } },
-    { put = { key = k.run, value = json.encode(rec, TEXT) } },
+    { put = { key = k.run, value = record.encode(rec) } },
     { put = { key = k.marker, value = marker, lease = s.lease } },
     { put = { key = k.inflight, value = marker } },
   }
@@ -407,8 +387,7 @@ function M.claim(self, run, opts)
     return nil
   end
   posted(self, run, opts)
-  rec.fence = r.revision
-  rec.mod_revision = r.revision
+  rec = record.fenced(rec, r.revision)
   run.session = s
   run.last_known = true
   if j and self.jobs[run.job] == j then j.last_known = true end
@@ -464,25 +443,21 @@ end
 -- to go to etcd in the same request (node/batch.lua).
 M.RECORD_LINGER = 0.01
 
--- Writes the end of an attempt, guarded by its fence (and, with
--- opts.alive, by the node's session, and opts.linger: see node/batch.lua): final, or waiting for its next
--- attempt (rec.state "retrying" with rec.retry_at: a pending/ entry that
--- any eligible node claims at that time). Returns the record's new mod
--- revision, or nil if the claim was lost. The worker calls it too, to
--- record a success itself: then a run that completed is recorded even if
--- its node froze right after.
+-- Writes rec, the record of an attempt that ended (record.ended), guarded
+-- by its fence (and, with opts.alive, by the node's session, and
+-- opts.linger: see node/batch.lua): final, or waiting for its next attempt
+-- (rec.state "retrying" with rec.retry_at: a pending/ entry that any
+-- eligible node claims at that time; its reason is opts.attempt_state, how
+-- the attempt ended, or "failed"). Returns the record's new mod revision,
+-- or nil if the claim was lost. The worker calls it too, to record a
+-- success itself: then a run that completed is recorded even if its node
+-- froze right after.
 function M.record_end(e, P, run, fence, rec, opts)
   opts = opts or {}
   local k = keys.run(P, run.job, run.id)
-  rec.attempts = rec.attempts or {}
-  rec.attempts[#rec.attempts + 1] = {
-    attempt = rec.attempt, node = rec.node, state = opts.attempt_state or rec.state,
-    started = rec.started, finished = rec.finished, error = rec.error, fence = fence }
-  rec.mod_revision, rec.token = nil, nil
-  local ops = { { put = { key = k.run } }, { delete = { key = k.marker } } }
+  local ops = { { put = { key = k.run, value = record.encode(rec) } }, { delete = { key = k.marker } } }
   local last
   if rec.retry_at then
-    rec.state = "retrying"
     ops[#ops + 1] = { put = { key = k.pending, value = json.encode({
       at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" }, TEXT) } }
     last = M.last_op(P, run.job, run.id, rec, run.last_known)
@@ -491,7 +466,6 @@ function M.record_end(e, P, run, fence, rec, opts)
     last = select(2, M.final_ops(P, run, ops, rec))
   end
   local reg = M.last_register(P, run.job, run.id, last)
-  ops[1].put.value = json.encode(rec, TEXT)
   local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
   if opts.alive then compare[2] = opts.alive end
   for _ = 1, 5 do
@@ -683,11 +657,11 @@ local function execute_counted(self, run, fence, rec, release)
     state, why, handoff = "failed", "the node failed to run it: " .. tostring(state):match("^[^\n]*"), nil
   end
   local delay, final = next_step(self, run, rec, state, why, unfit)
-  rec.finished, rec.error, rec.fence = self.now(), why, fence
-  rec.duration = rec.finished - rec.started
-  rec.state = final or state
-  rec.retry_at = delay and rec.finished + delay or nil
-  if state == "killed" then rec.killed_by = run.cancel and run.cancel.by end
+  local finished = self.now()
+  rec = record.ended(rec, state, { final = final, finished = finished, error = why, fence = fence,
+                                   retry_at = delay and finished + delay or nil,
+                                   killed_by = run.cancel and run.cancel.by })
+  -- not a run record: the fields of the log line
   f.state, f.error, f.duration = state, why, format("%.3f", rec.duration)
   local s = run.session
   run.events = events.targets(self, run.job)
@@ -859,14 +833,11 @@ function M.replace_active(self, run)
         local rk = r.responses[2].kvs[1]
         local dok, orec = pcall(json.decode, rk and rk.value or "")
         if dok and type(orec) == "table" then
-          local now = self.now()
-          orec.attempts = orec.attempts or {}
-          orec.state, orec.finished = "killed", now
-          orec.error, orec.retry_at = "replaced by run " .. run.id, nil
+          orec = record.killed(orec, self.now(), "replaced by run " .. run.id)
           local ops = M.final_ops(P, { job = run.job, id = old,
             task = orec.task and { key = orec.task } or nil,
             events = events.targets(self, run.job) },
-            { { put = { key = ok.run, value = json.encode(orec, TEXT) } } }, orec)
+            { { put = { key = ok.run, value = record.encode(orec) } } }, orec)
           local w = e:txn { compare = { { key = ok.run, target = "mod", op = "==", value = rk.mod_revision },
                                         { key = ok.marker, target = "create", op = "==", value = 0 },
                                         { key = k.active, target = "value", op = "==", value = old } },
@@ -930,11 +901,10 @@ function M.take_pending(self, job, j, id, pmod)
     if not t then return nil, "again" end
     if not t.kvs[1] then
       -- Its task was deleted meanwhile: nothing is left to run.
-      rec.state, rec.finished, rec.retry_at = "abandoned", self.now(), nil
-      rec.error = "its queue task " .. rec.task .. " was deleted"
+      rec = record.abandoned(rec, self.now(), "its queue task " .. rec.task .. " was deleted")
       local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
                                     { key = k.pending, target = "mod", op = "==", value = pmod } },
-                        success = M.final_ops(P, run, { { put = { key = k.run, value = json.encode(rec, TEXT) } } }, rec) }
+                        success = M.final_ops(P, run, { { put = { key = k.run, value = record.encode(rec) } } }, rec) }
       if w and w.succeeded then self.metrics:ended(job, "abandoned") end
       return false
     end

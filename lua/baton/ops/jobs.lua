@@ -9,6 +9,7 @@ local util = require "baton.util"
 local job = require "baton.job"
 local policy = require "baton.policy"
 local keys = require "baton.keys"
+local record = require "baton.record"
 local sign = require "baton.sign"
 local stored = require "baton.stored"
 local versions = require "baton.versions"
@@ -134,9 +135,7 @@ end
 -- {run=, state=, fire=, started=, finished=, node=, attempt=} of a record
 -- (rec.key its id), as `last` in job ls.
 local function last_of(rec)
-  return { run = rec.key, state = field(rec, "state"), fire = field(rec, "fire"),
-           started = field(rec, "started"), finished = field(rec, "finished"),
-           node = field(rec, "node"), attempt = field(rec, "attempt") }
+  return record.last(rec.key, rec)
 end
 
 -- The last runs of the jobs in names that have no P last/ entry (records
