@@ -215,10 +215,11 @@ int bt_cli_eval(int argc, char **argv) {
   return run_main(rt, nargs);
 }
 
-/* Runs a subcommand written in Lua: lua/baton/cli/<name>.lua returns a
- * function that gets the subcommand's arguments and sets the exit status
- * with baton.exit (an uncaught error exits 1 with its message). */
-static int cli_lua(int argc, char **argv) {
+/* Runs the subcommand argv[0] written in Lua: module (NULL:
+ * baton.cli.<argv[0]>, lua/baton/cli/<name>.lua) returns a function that
+ * gets the subcommand's arguments and sets the exit status with baton.exit
+ * (an uncaught error exits 1 with its message). */
+static int lua_command(const char *module, int argc, char **argv) {
   bt_rt_t *rt;
   lua_State *L;
   int i;
@@ -229,7 +230,10 @@ static int cli_lua(int argc, char **argv) {
   L = bt_rt_L(rt);
   push_config(L);
   lua_getglobal(L, "require");
-  lua_pushfstring(L, "baton.cli.%s", argv[0]);
+  if (module)
+    lua_pushstring(L, module);
+  else
+    lua_pushfstring(L, "baton.cli.%s", argv[0]);
   if (lua_pcall(L, 1, 1, 0) || !lua_isfunction(L, -1)) {
     fprintf(stderr, "baton: %s: %s\n", argv[0],
             lua_isstring(L, -1) ? lua_tostring(L, -1) : "not a function");
@@ -238,6 +242,10 @@ static int cli_lua(int argc, char **argv) {
   }
   for (i = 1; i < argc; i++) lua_pushstring(L, argv[i]);
   return run_main(rt, argc - 1);
+}
+
+static int cli_lua(int argc, char **argv) {
+  return lua_command(NULL, argc, argv);
 }
 
 /* baton worker: a pooled worker of baton node, below its containment
@@ -257,7 +265,8 @@ static int cli_worker(int argc, char **argv) {
             bt_strerror(e));
     return 1;
   }
-  return cli_lua(argc, argv);
+  /* (its Lua is lua/baton/worker/main.lua) */
+  return lua_command("baton.worker.main", argc, argv);
 }
 
 /* baton sandbox: where stored code is described (lua/baton/stored.lua),

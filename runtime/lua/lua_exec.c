@@ -608,7 +608,7 @@ static int is_space(char c) {
  * of them. When that limit falls inside a line, the text starts after the
  * first blank past it (so that no word, a secret perhaps, is shown cut in
  * two) and "..." says something was left out. Returns the length (0: the
- * program wrote nothing but blanks). lua/baton/cli/worker.lua makes the
+ * program wrote nothing but blanks). lua/baton/worker/main.lua makes the
  * same tail for a command job, after redacting its secrets. */
 static size_t stderr_tail(const char *p, size_t len, char *out) {
   size_t starts[CHECK_TAIL_LINES], ends[CHECK_TAIL_LINES];
@@ -700,7 +700,7 @@ static int push_check_fail(lua_State *S, const exec_t *e) {
 
 /* baton._exit_text(code, signal, stderr) -> "exited with status 3: ..."
  * (what check's error says after the program's name) or nil for code 0
- * and no signal: for a command job (lua/baton/cli/worker.lua), which
+ * and no signal: for a command job (lua/baton/worker/main.lua), which
  * redacts stderr's secrets before it is cut. */
 static int l_exit_text(lua_State *L) {
   char text[CHECK_TAIL_BYTES + 100];

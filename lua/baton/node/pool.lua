@@ -1,7 +1,7 @@
 -- The worker pool of a node (docs/architecture.md, "The pieces"): long-lived
 -- `baton worker` processes, each running one run at a time, reached over a
 -- channel (baton.spawn{..., channel = true}, one JSON message per line; the
--- protocol is in lua/baton/cli/worker.lua).
+-- protocol is in lua/baton/worker/main.lua).
 --
 -- --workers N caps how many runs the node executes at once (scheduled,
 -- manual and queue runs alike): a run takes a slot before it is claimed, so
@@ -270,7 +270,7 @@ local function fenced_ops(ops)
 end
 
 -- Answers the worker's request for a fenced transaction of its run (see
--- cli/worker.lua): made by run.txn(ops) when the request is for run, else
+-- worker/main.lua): made by run.txn(ops) when the request is for run, else
 -- (a request of another attempt, or after the run is given up) refused
 -- with ELOST.
 local function relay_txn(self, w, req, run)
@@ -315,7 +315,7 @@ end
 -- nil and "timeout" if timeout seconds passed (the worker still runs), or
 -- nil and {unsendable = why} if msg cannot be sent (it was not).
 -- run (optional): {key = job/id/attempt, txn = function(ops)} makes the
--- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
+-- run's fenced writes (ctx:put_fenced: worker/main.lua) while it runs; txn
 -- answers {succeeded = bool} or {error =, code =}.
 function Pool:call(w, msg, timeout, run)
   -- The run's secrets (node/secrets.lua); a worker given a restricted one

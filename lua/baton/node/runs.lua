@@ -502,7 +502,7 @@ function M.record_end(e, P, run, fence, rec, opts)
     -- written (the marker of this fence is gone and the record's last
     -- attempt is this one). It may be by the other party that can write a
     -- success: the node, or its worker when the node was slow to (see
-    -- cli/worker.lua, handoff).
+    -- worker/main.lua, handoff).
     local g = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } } } }
     if g then
       local m, kv = g.responses[1].kvs[1], g.responses[2].kvs[1]
@@ -583,7 +583,7 @@ end
 -- "interrupted" when the node is stopping), the reason (nil on success),
 -- for a success the worker hands over (its reply says handoff), the
 -- worker and the key to tell it once the node has recorded the run, as
--- whatever it is recorded (see cli/worker.lua), and true when the run can
+-- whatever it is recorded (see worker/main.lua), and true when the run can
 -- never run (M.unfit: failed
 -- for good, no retry). The run's processes are gone when it returns: the
 -- worker ends them before it replies, and a worker that is stopped is
