@@ -40,6 +40,7 @@
 local baton = require "baton"
 local events = require "baton.events"
 local keys = require "baton.keys"
+local protocol = require "baton.worker.protocol"
 local json = baton.json
 
 local format = string.format
@@ -54,11 +55,6 @@ local M = {}
 local TEXT = { nul = "replace" }
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
-
--- Names one attempt of a run between a node and its worker: job/id/attempt.
-function M.attempt_key(run)
-  return run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
-end
 
 -- The value of P last/<job> for the record rec of run id: the id first,
 -- so that values compare as the run keys do (M.last_op).
@@ -539,7 +535,7 @@ local function converse(self, run, fence, rec, w)
   -- by the fence.
   local marker = keys.run(self.P, run.job, run.id).marker
   local relay = {
-    key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
+    key = protocol.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
     txn = function(ops)
       local r, err, code = self.batch:txn {
         compare = { { key = marker, target = "create", op = "==", value = fence } },
@@ -698,7 +694,7 @@ local function execute_counted(self, run, fence, rec, release)
   if handoff then
     -- The worker records the success itself unless this word comes in time
     -- (a worker stopped meanwhile reads it no more).
-    handoff.w.ch:send(json.encode({ recorded = handoff.key }, TEXT))
+    handoff.w.ch:send(protocol.recorded(handoff.key))
   end
   self.metrics:attempt_ended(run, rec, state, rev, delay)
   if not rev then

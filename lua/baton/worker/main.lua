@@ -1,18 +1,7 @@
 -- baton worker: a pooled worker process of `baton node` (not for direct
 -- use). The node starts it with a channel (baton.spawn{..., channel = true})
--- and sends one message per line:
---
---   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, source, deadline, marker, task, shard,
---                    record, clock, params, event, events,
---                    secrets | secrets_error}}
---   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
---                    "handoff": key|null, "busy": seconds spent on the run}
---   node -> worker  {"recorded": key}   once it has written that success
---   worker -> node  {"txn": {"n": N, "run": key, "ops": [{"put": {key, value}}, ...]}}
---                   a fenced write of the run (key job/id/attempt)
---   node -> worker  {"txn_done": N, "succeeded": bool} or
---                   {"txn_done": N, "error": text, "code": code}
+-- and gives it one run at a time; the messages they exchange, and their
+-- text, are worker/protocol.lua's.
 --
 -- ctx:put_fenced of up to RELAY_MAX bytes goes through the node: its write
 -- is a member of the node's write batcher (node/batch.lua), guarded by the
@@ -58,6 +47,7 @@ local baton = require "baton"
 local keys = require "baton.keys"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
+local protocol = require "baton.worker.protocol"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
 local output = require "baton.node.output"
@@ -87,15 +77,15 @@ end
 -- (by request number).
 local relay = { ch = nil, n = 0, waiting = {} }
 
--- A fenced transaction of the current run (ops: puts), made by
--- the node (see the top of this file): {succeeded = bool} as etcd answered
--- (false: the claim is gone), or nil, an error and its code.
-local function relay_txn(run, ops)
+-- A fenced transaction of the current run (ops: puts), asked of the node
+-- (a txn message; see the top of this file): {succeeded = bool} as etcd
+-- answered (false: the claim is gone), or nil, an error and its code.
+local function txn_by_node(run, ops)
   relay.n = relay.n + 1
   local n = relay.n
   local w = { cond = baton._cond() }
   relay.waiting[n] = w
-  local ok, err = relay.ch:send(json.encode({ txn = { n = n, ops = ops, run = runs.attempt_key(run) } }, TEXT))
+  local ok, err = relay.ch:send(protocol.txn(n, protocol.attempt_key(run), ops))
   if ok then w.cond:wait() end
   relay.waiting[n] = nil
   if not ok then return nil, "ELOST: the node is gone: " .. tostring(err), "ELOST" end
@@ -104,9 +94,9 @@ local function relay_txn(run, ops)
   return nil, a.error, a.code
 end
 
--- The node's answer to a relayed transaction (or, a == nil: none will
--- come).
-local function relay_answer(a)
+-- The node's answer to a transaction it was asked for (a txn_done
+-- message), or, a == nil, none will come.
+local function txn_answered(a)
   if a == nil then
     for _, w in pairs(relay.waiting) do
       w.answer = { error = "ELOST: the node is gone", code = "ELOST" }
@@ -114,7 +104,7 @@ local function relay_answer(a)
     end
     return
   end
-  local w = relay.waiting[a.txn_done]
+  local w = relay.waiting[a.n]
   if w then
     w.answer = a
     w.cond:signal()
@@ -343,7 +333,7 @@ local function context(run, state, kept, values, list, nlog)
     local r, err, code
     -- (bytes the channel's JSON cannot carry, NUL, go straight to etcd)
     if #k + #v <= RELAY_MAX and not k:find("\0", 1, true) and not v:find("\0", 1, true) then
-      r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
+      r, err, code = txn_by_node(run, { { put = { key = k, value = v } } })
     else
       r, err, code = baton.etcd:txn {
         compare = { { key = run.marker, target = "create", op = "==", value = run.fence } },
@@ -589,7 +579,7 @@ return function()
   while true do
     local line = ch:recv()
     if not line then
-      relay_answer(nil)
+      txn_answered(nil)
       -- The node stopped or died. What it had not recorded of the
       -- successes handed to it is written now (its containment process
       -- gives this a moment when the node died), then the worker exits.
@@ -599,12 +589,15 @@ return function()
       end
       return baton.exit(0)
     end
-    local okd, msg = pcall(json.decode, line)
-    local run = okd and type(msg) == "table" and opt(msg.run)
-    if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
-      settle(msg.recorded)
+    local msg, merr = protocol.decode_for_worker(line)
+    local run = msg and msg.kind == "run" and msg.run
+    if not msg then
+      baton.log.error("worker: a message from the node is ignored", { error = merr })
+    elseif msg.kind == "recorded" and state.handoffs[msg.key] then
+      settle(msg.key)
+    elseif msg.kind == "txn_done" then
+      txn_answered(msg)
     end
-    if okd and type(msg) == "table" and msg.txn_done ~= nil then relay_answer(msg) end
     if run and not state.busy then
       state.busy, state.cancelled = true, false
       state.shared = state.shared and shared_extend(state.shared) or shared_state()
@@ -619,13 +612,13 @@ return function()
           or baton._children() > 0 or not shared_unchanged(shared)
         reply.busy = baton.monotime() - t0
         if reply.handoff then
-          reply.handoff = runs.attempt_key(run)
+          reply.handoff = protocol.attempt_key(run)
           state.handoffs[reply.handoff] = { run = run, started = started,
                                             deadline = baton.monotime() + HANDOFF }
           armed:signal()
         end
         state.busy = false
-        ch:send(json.encode(reply, TEXT))
+        ch:send(protocol.reply(reply))
         if reply.retire then
           if next(state.handoffs) then settled:wait() end
           baton.exit(0)
