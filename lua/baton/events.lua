@@ -48,7 +48,7 @@
 local baton = require "baton"
 local keys = require "baton.keys"
 local json = baton.json
-local output = require "baton.node.output"
+local output = require "baton.output"
 
 local format, floor, concat, sort = string.format, math.floor, table.concat, table.sort
 
@@ -181,7 +181,7 @@ end
 -- output of the triggering run
 
 -- The tail of what the triggering attempt said (its kept output, read from
--- P output/<job>/<id>/@<attempt>/, node/output.lua): its lines' text, one
+-- P output/<job>/<id>/@<attempt>/, output.lua): its lines' text, one
 -- a line, with the cap's "... N lines dropped ..." marker where lines are
 -- missing, the last TAIL_CAP bytes of it. When nothing is kept (or it
 -- cannot be read), the triggering run's error, or "". Called by the worker

@@ -275,7 +275,7 @@ static void push_status(lua_State *S, int64_t status, int term_sig,
  * sink, which keeps at most cap bytes of text: the oldest lines are dropped
  * and counted. The worker takes the lines with sink:take(), which never
  * waits, and stores them with the rest of the run's output
- * (lua/baton/node/output.lua). So a program that prints a megabyte a second
+ * (lua/baton/worker/output.lua). So a program that prints a megabyte a second
  * costs the loop a memchr and a malloc per line, and memory up to cap.
  *
  * A line longer than TAP_LINE_MAX is queued in pieces of that size, each

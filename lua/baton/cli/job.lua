@@ -14,13 +14,13 @@
 --   P running/<name>/<id>              present while an attempt of the run executes
 --   P trigger/<name>/<id>              manual-run requests (baton.ops, run_job)
 --   P cancel/<name>/<id>               a request to stop a run (baton job kill)
---   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (node/output.lua)
+--   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (output.lua)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local job = require "baton.job"
 local events = require "baton.events"
-local output = require "baton.node.output"
+local output = require "baton.output"
 local keys = require "baton.keys"
 local ops = require "baton.ops"
 
@@ -529,7 +529,7 @@ local function show_run(name, kv, rec, rev, opts, follow, label)
       if label then l.id = id end
       U.print_json(l)
     else
-      io.stdout:write(output.format(l), "\n")
+      io.stdout:write(U.escape(output.format(l)), "\n")
     end
   end
   -- Prints the lines of attempt a's chunk kvs not printed yet, with a

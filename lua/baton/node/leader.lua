@@ -11,7 +11,7 @@
 --     job's misfire policy and starting_deadline; every instant or shard not
 --     run is recorded as skipped with the reason.
 --   * history: keeps the newest `history` run records per job; a record's
---     kept output (output/<job>/<id>/@..., node/output.lua) goes with it.
+--     kept output (output/<job>/<id>/@..., output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
 local keys = require "baton.keys"

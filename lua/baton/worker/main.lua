@@ -34,7 +34,7 @@
 -- run, one per line, up to a budget per attempt (run_log: the node's log
 -- is not the place for a run's megabytes); that, its ctx.log lines and
 -- what the programs it starts print are also the run's kept output, which
--- the worker stores in etcd while the run runs (lua/baton/node/output.lua), fenced like
+-- the worker stores in etcd while the run runs (worker/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
 -- (baton._sweep, by the worker's containment process, runtime/core/contain.h)
@@ -50,8 +50,8 @@ local sign = require "baton.sign"
 local protocol = require "baton.worker.protocol"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
-local output = require "baton.node.output"
-local secrets = require "baton.node.secrets"
+local output = require "baton.worker.output"
+local secrets = require "baton.worker.secrets"
 local util = require "baton.cli.util"
 local json = baton.json
 
@@ -167,9 +167,9 @@ local function run_fields(run)
            attempt = run.attempt }
 end
 
--- What the node knows and no stored output may show (output.lua); a run
--- adds the values of its job's secrets (node/secrets.lua) for itself.
-local NODE_SECRETS = output.node_secrets()
+-- What the node knows and no stored output may show (worker/secrets.lua);
+-- a run adds the values of its job's secrets (node/secrets.lua) for itself.
+local NODE_SECRETS = secrets.node_secrets()
 
 -- v with every secret of the list redacted: strings, and the string
 -- keys and values of a table of fields (a copy; the node's log filter,
