@@ -1,6 +1,6 @@
 -- Every etcd key baton uses, built and parsed here and nowhere else. P is
 -- the prefix (--prefix, BATON_PREFIX; default "/baton/"), which always ends
--- in "/" (cli/util.lua's prefix()). The layout, as docs/architecture.md ("Key
+-- in "/" (M.prefix()). The layout, as docs/architecture.md ("Key
 -- layout") describes it:
 --
 --   P jobs/<name>                  a job's Lua source (operators)
@@ -29,7 +29,7 @@
 --   P notify/outbox/<job>/<id>     a message a notifier could not send yet
 --   P last/<job>                   the job's newest run
 --
--- <id> is a run's id (runs.lua): an instant, an instant with milliseconds,
+-- <id> is a run's id (runs.lua): an instant (M.instant), an instant with milliseconds,
 -- <instant>/<shard>, a queue task's id or an event's id; it may hold "/".
 --
 -- Building (kind is the first segment, one of M.KINDS; misuse raises):
@@ -49,10 +49,27 @@
 --                                   empty, may hold "/"): job and id
 --   keys.kind(P, key)               the kind of key and what follows it
 --   keys.under(dir, key)            what follows dir (a keys.dir) in key
+local baton = require "baton"
+
 local type, tostring, select, error = type, tostring, select, error
 local find, sub, concat = string.find, string.sub, table.concat
+local floor = math.floor
 
 local M = {}
+
+-- The configured prefix (--prefix, BATON_PREFIX, default "/baton/"), with
+-- a trailing "/" added when missing.
+function M.prefix()
+  local p = (baton.config and baton.config.prefix) or "/baton/"
+  if p:sub(-1) ~= "/" then p = p .. "/" end
+  return p
+end
+
+-- An instant as a run key names it: 2026-11-29T02:00:00Z (UTC, whole
+-- seconds).
+function M.instant(t)
+  return os.date("!%Y-%m-%dT%H:%M:%SZ", floor(t))
+end
 
 M.KINDS = {}
 for _, k in ipairs { "jobs", "policies", "paused", "trigger", "queue", "nodes", "election", "status",

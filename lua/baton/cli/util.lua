@@ -102,19 +102,8 @@ function M.write(multiline, ...)
   for i = 1, select("#", ...) do io.stdout:write(M.escape((select(i, ...)), multiline)) end
 end
 
--- The configured prefix (--prefix, BATON_PREFIX, default "/baton/"), with
--- a trailing "/" added when missing.
-function M.prefix()
-  local p = (baton.config and baton.config.prefix) or "/baton/"
-  if p:sub(-1) ~= "/" then p = p .. "/" end
-  return p
-end
-
--- An instant as a run key names it: 2026-11-29T02:00:00Z (UTC, whole
--- seconds).
-function M.instant(t)
-  return os.date("!%Y-%m-%dT%H:%M:%SZ", floor(t))
-end
+-- The configured prefix, and an instant as a run key names it (keys.lua).
+M.prefix, M.instant = keys.prefix, keys.instant
 
 -- An instant for a reader, RFC 3339. With a zone, this should carry the
 -- zone's offset as `baton cron` prints it; the Lua API has no formatter yet
@@ -283,13 +272,8 @@ end
 -- etcd's default limit on the size of a request (--max-request-bytes).
 M.MAX_REQUEST = 1572864
 
--- Bytes as a reader says them: 812 bytes, 1.5 MiB, 200.0 MiB.
-function M.bytes(n)
-  if n < 1024 then return format("%d bytes", n) end
-  if n < 1024 * 1024 then return format("%.1f KiB", n / 1024) end
-  if n < 1024 * 1024 * 1024 then return format("%.1f MiB", n / 1048576) end
-  return format("%.1f GiB", n / 1073741824)
-end
+-- Bytes as a reader says them (text.lua).
+M.bytes = require("baton.text").bytes
 
 -- The whole content of a file, or nil, "ENOENT: FILE: ...", code. With max,
 -- a file larger than max bytes is refused before anything is read:

@@ -31,8 +31,8 @@
 -- cache has dropped is read from etcd at that revision), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
--- run, one per line, up to a budget per attempt (run_log: the node's log
--- is not the place for a run's megabytes); that, its ctx.log lines and
+-- run, one per line, up to a budget per attempt (worker/io.lua: the node's
+-- log is not the place for a run's megabytes); that, its ctx.log lines and
 -- what the programs it starts print are also the run's kept output, which
 -- the worker stores in etcd while the run runs (worker/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
@@ -51,8 +51,8 @@ local protocol = require "baton.worker.protocol"
 local runs = require "baton.node.runs"
 local events = require "baton.events"
 local output = require "baton.worker.output"
+local wio = require "baton.worker.io"
 local secrets = require "baton.worker.secrets"
-local util = require "baton.cli.util"
 local json = baton.json
 
 local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
@@ -121,7 +121,7 @@ local function record_success(run, started)
   if not rec or baton._fenced() then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
-  return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task),
+  return runs.record_end(baton.etcd, keys.prefix(), { job = run.job, id = run.id, task = opt(run.task),
                                                       events = opt(run.events) },
                          run.fence, rec) ~= nil
 end
@@ -141,7 +141,7 @@ local function source(run)
     nsources = nsources + #run.source
   end
   if sources[ck] then return sources[ck] end
-  local key = keys.key(util.prefix(), "jobs", run.job)
+  local key = keys.key(keys.prefix(), "jobs", run.job)
   local r, err, code = baton.etcd:get(key, { revision = run.code_revision })
   if not r and code == "ECOMPACTED" then
     -- A compaction past the revision keeps the key's value if it is still
@@ -161,147 +161,9 @@ local function source(run)
   return sources[ck]
 end
 
--- The fields every log line of a run carries.
-local function run_fields(run)
-  return { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
-           attempt = run.attempt }
-end
-
 -- What the node knows and no stored output may show (worker/secrets.lua);
 -- a run adds the values of its job's secrets (node/secrets.lua) for itself.
 local NODE_SECRETS = secrets.node_secrets()
-
--- v with every secret of the list redacted: strings, and the string
--- keys and values of a table of fields (a copy; the node's log filter,
--- baton._log_filter, redacts what is left: numbers, tables).
-local function scrub(v, list)
-  if type(v) == "string" then return output.redact(v, list) end
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do
-    if type(k) == "string" then
-      k = output.redact(k, list)
-      while c[k] ~= nil do k = k .. "_" end -- (two names redacted alike)
-    end
-    c[k] = type(x) == "string" and output.redact(x, list) or x
-  end
-  return c
-end
-
--- What of a run's output (print, io.write, ctx.log) the node's log shows:
--- the first RUN_LOG bytes of each attempt, each line counting its text and
--- RUN_LOG_LINE bytes (about what logfmt adds: ts, level, the run's fields).
--- The rest is in the kept output only (output.lua, up to its cap), and the
--- node's log says how much was left out. BATON_RUN_LOG_BYTES, from the
--- node's environment, changes the budget (0: none of it).
-local RUN_LOG = tonumber(os.getenv("BATON_RUN_LOG_BYTES")) or 16 * 1024
-local RUN_LOG_LINE = 100
-
--- The node's log for one attempt's output: log(level, text, fields) writes
--- a line while the budget lasts; once a line does not fit, it and every
--- later one are only counted (the node's log shows the beginning of the
--- output, without gaps), and one line says so. finish() says how much was
--- left out, if anything was.
-local function run_log(run)
-  local left, lines, bytes = RUN_LOG, 0, 0
-  local id = run.id or util.instant(run.fire)
-  local where = ("baton job logs %s %s"):format(run.job, id)
-  local self = {}
-  function self.log(level, text, fields)
-    if lines == 0 and #text + RUN_LOG_LINE <= left then
-      left = left - #text - RUN_LOG_LINE
-      return baton.log[level](text, fields)
-    end
-    if lines == 0 then
-      baton.log.info(("run output: the rest of this attempt's output is not logged here; %s has it"):format(where),
-                     run_fields(run))
-    end
-    lines, bytes = lines + 1, bytes + #text + 1
-  end
-  function self.finish()
-    if lines == 0 then return end
-    local f = run_fields(run)
-    f.omitted_lines, f.omitted_bytes = lines, bytes
-    baton.log.info(("run output: %s (%d line%s) more not logged here; %s has the last %s of it"):format(
-      util.bytes(bytes), lines, lines == 1 and "" or "s", where, util.bytes(output.CAP)), f)
-  end
-  return self
-end
-
--- ctx.log.<level>: a line of the node's log with the run's fields (through
--- nlog, the attempt's run_log), and a line of the run's kept output (buf);
--- both redacted of list.
-local function logger(fields, level, buf, list, nlog)
-  return function(msg, extra)
-    local f = {}
-    for k, v in pairs(fields) do f[k] = v end
-    for k, v in pairs(scrub(extra or {}, list)) do f[k] = v end
-    local text = output.redact(tostring(msg), list)
-    nlog.log(level, text, f)
-    if buf then buf:add { stream = "log", level = level, text = text, fields = extra } end
-  end
-end
-
--- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
--- becomes log lines of the run (through nlog, the attempt's run_log), one
--- per line as soon as the line is complete, tagged with the run's fields
--- and the stream, and lines of its kept output (kept, an output.lua
--- buffer). A line longer than
--- output.LINE_MAX is cut, its secrets redacted before it is (an
--- output.cutter per stream). out.flush() writes what is left of an
--- unfinished line at the end of the run.
-local function printed(run, kept, list, nlog)
-  local fields = run_fields(run)
-  local cuts = { stdout = output.cutter(list), stderr = output.cutter(list) }
-  local function put(stream, texts)
-    for _, text in ipairs(texts) do
-      local f = { stream = stream }
-      for k, v in pairs(fields) do f[k] = v end
-      nlog.log("info", text, f)
-      if kept then kept:add { stream = stream, text = text } end
-    end
-  end
-  local function emit(stream, data)
-    put(stream, cuts[stream]:feed(data))
-  end
-  local function writer(stream)
-    return function(...)
-      for i = 1, select("#", ...) do
-        local v = select(i, ...)
-        if type(v) ~= "string" and type(v) ~= "number" then
-          error(("bad argument #%d to 'write' (string expected, got %s)"):format(i, type(v)), 2)
-        end
-        emit(stream, tostring(v))
-      end
-    end
-  end
-  -- A file object that writes to the run's log; its other methods do
-  -- nothing useful for a log and are harmless no-ops.
-  local function file(stream, real)
-    local w = writer(stream)
-    local f = {}
-    f.write = function(self, ...) w(...); return self end
-    f.flush = function(self) return self end
-    f.setvbuf = function() return true end
-    f.close = function() return nil, "cannot close the run's " .. stream end
-    return setmetatable(f, { __tostring = function() return tostring(real) end })
-  end
-  local out = { stdout = file("stdout", io.stdout), stderr = file("stderr", io.stderr) }
-  local write_out = writer("stdout")
-  out.print = function(...)
-    local parts = {}
-    for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-    emit("stdout", table.concat(parts, "\t") .. "\n")
-  end
-  out.io = setmetatable({ write = function(...) write_out(...); return out.stdout end,
-                          stdout = out.stdout, stderr = out.stderr,
-                          output = function() return out.stdout end },
-                        { __index = io })
-  function out.flush()
-    for stream, cut in pairs(cuts) do put(stream, cut:finish()) end
-  end
-  return out
-end
 
 -- ctx.event of an event run (baton.events): the triggering run's job, id,
 -- fire, state, error, node, attempt and depth, and the tail of its output.
@@ -309,19 +171,19 @@ local function event_of(run)
   local ev = opt(run.event)
   if not ev then return nil end
   for k, v in pairs(ev) do if v == json.null then ev[k] = nil end end
-  ev.output_tail = events.output_tail(baton.etcd, util.prefix(), ev)
+  ev.output_tail = events.output_tail(baton.etcd, keys.prefix(), ev)
   return ev
 end
 
 local function context(run, state, kept, values, list, nlog)
-  local fields = run_fields(run)
+  local fields = wio.run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     params = opt(run.params) or {}, secrets = values,
     event = event_of(run),
-    log = { info = logger(fields, "info", kept, list, nlog), warn = logger(fields, "warn", kept, list, nlog),
-            error = logger(fields, "error", kept, list, nlog), debug = logger(fields, "debug", kept, list, nlog) },
+    log = { info = wio.logger(fields, "info", kept, list, nlog), warn = wio.logger(fields, "warn", kept, list, nlog),
+            error = wio.logger(fields, "error", kept, list, nlog), debug = wio.logger(fields, "debug", kept, list, nlog) },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -415,7 +277,7 @@ local function command_run(spec, run, values, list)
     end
     local env = { BATON_PASSWORD = false }
     for k, v in pairs(spec.env or {}) do env[k] = v end
-    env.BATON_JOB, env.BATON_RUN_ID = run.job, run.id or util.instant(run.fire)
+    env.BATON_JOB, env.BATON_RUN_ID = run.job, run.id or keys.instant(run.fire)
     env.BATON_ATTEMPT, env.BATON_NODE = tostring(run.attempt), tostring(run.node)
     env.BATON_FIRE = run.fire and tostring(run.fire) or false
     env.BATON_DEADLINE = run.deadline and tostring(run.deadline) or false
@@ -472,11 +334,11 @@ local function execute(run, state)
   -- included) logs no secret.
   baton._log_filter(function(text) return output.redact(text, list) end)
   -- The attempt's kept output, stored while it runs (output.lua).
-  local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
+  local kept = output.new { P = keys.prefix(), job = run.job, id = run.id or keys.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
                             secrets = list, capture = true }:start()
-  local nlog = run_log(run)
-  local out = printed(run, kept, list, nlog)
+  local nlog = wio.run_log(run)
+  local out = wio.printed(run, kept, list, nlog)
   if rawget(spec.globals, "print") == nil then spec.globals.print = out.print end
   if rawget(spec.globals, "io") == nil then spec.globals.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
@@ -535,7 +397,7 @@ return function()
   -- The node's --trust keys (node/pool.lua): a job's source is verified
   -- before it is compiled here, as the node verified it (stored.lua).
   local trust = os.getenv("BATON_TRUST")
-  stored.configure { prefix = util.prefix(),
+  stored.configure { prefix = keys.prefix(),
                      trust = trust and trust ~= "" and assert(sign.trust_text_load(trust)) or nil }
   -- Whatever else writes to stdout (not a run: those are captured) goes
   -- out line by line, not minutes later when a buffer fills.
