@@ -282,8 +282,8 @@ function M.skip(self, name, j, id, pmod, req, why)
                 event = req.event }
   local ops = { { put = { key = run_key, value = json.encode(rec, TEXT) } },
                 { delete = { key = pending_key } },
-                -- (runs requires this module: asked for here, not at the top)
-                require("baton.node.runs").last_op(P, name, id, rec) }
+                -- (run_end requires this module: asked for here, not at the top)
+                require("baton.run_end").last_op(P, name, id, rec) }
   M.add(P, { job = name, id = id, events = M.targets(self, name) }, rec, ops)
   local r = self.e:txn {
     compare = { { key = run_key, target = "create", op = "==", value = 0 },

@@ -14,6 +14,7 @@
 --     kept output (output/<job>/<id>/@..., output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local run_end = require "baton.run_end"
 local keys = require "baton.keys"
 local events = require "baton.events"
 local util = require "baton.cli.util"
@@ -81,11 +82,11 @@ local function check_inflight(self, job, id)
     rec.state, rec.retry_at = "retrying", now
     ops[2] = { put = { key = k.pending, value = json.encode {
       at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
-    ops[3] = runs.last_op(P, job, id, rec)
+    ops[3] = run_end.last_op(P, job, id, rec)
   else
     if decision == "abandon" then rec.state = "abandoned" end
     rec.finished = now
-    runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
+    run_end.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
                         events = events.targets(self, job) }, ops, rec)
   end
   ops[1].put.value = json.encode(rec)
@@ -436,7 +437,7 @@ function M.settle_misfires(self, name, j, missed, now)
       local r = e:txn { compare = absent,
         success = events.add(P, { job = name, id = id, events = events.targets(self, name) },
                              rec, { { put = { key = key, value = json.encode(rec) } },
-                                    runs.last_op(P, name, id, rec) }) }
+                                    run_end.last_op(P, name, id, rec) }) }
       if r and r.succeeded then skipped = skipped + 1; self.metrics:skip(name, why) end
     end
   end

@@ -48,7 +48,7 @@ local keys = require "baton.keys"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
 local protocol = require "baton.worker.protocol"
-local runs = require "baton.node.runs"
+local run_end = require "baton.run_end"
 local events = require "baton.events"
 local output = require "baton.worker.output"
 local wio = require "baton.worker.io"
@@ -121,9 +121,9 @@ local function record_success(run, started)
   if not rec or baton._fenced() then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
-  return runs.record_end(baton.etcd, keys.prefix(), { job = run.job, id = run.id, task = opt(run.task),
-                                                      events = opt(run.events) },
-                         run.fence, rec) ~= nil
+  return run_end.write(baton.etcd, keys.prefix(), { job = run.job, id = run.id, task = opt(run.task),
+                                                    events = opt(run.events) },
+                       run.fence, rec) ~= nil
 end
 
 local sources, nsources = {}, 0
