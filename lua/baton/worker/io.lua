@@ -18,7 +18,7 @@ end
 
 -- v with every secret of the list redacted: strings, and the string
 -- keys and values of a table of fields (a copy; the node's log filter,
--- baton._log_filter, redacts what is left: numbers, tables).
+-- native.log_filter, redacts what is left: numbers, tables).
 local function scrub(v, list)
   if type(v) == "string" then return output.redact(v, list) end
   if type(v) ~= "table" then return v end

@@ -37,7 +37,7 @@
 -- the worker stores in etcd while the run runs (worker/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
--- (baton._sweep, by the worker's containment process, runtime/core/contain.h)
+-- (native.sweep, by the worker's containment process, runtime/core/contain.h)
 -- before its end is recorded or reported. A run that leaves coroutines
 -- behind, or changes a loaded module or the string metatable, makes the
 -- worker retire (exit after its reply), so the next run starts clean. When
@@ -45,6 +45,7 @@
 -- dies, its containment process ends the worker and everything below it.
 local baton = require "baton"
 local keys = require "baton.keys"
+local native = require "baton.worker.native"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
 local protocol = require "baton.worker.protocol"
@@ -118,7 +119,7 @@ end
 -- success makes the events that run.events (sent by the node) says.
 local function record_success(run, started)
   local rec = opt(run.record)
-  if not rec or baton._fenced() then return false end
+  if not rec or native.fenced() then return false end
   rec.state, rec.finished, rec.error, rec.fence = "succeeded", baton.now() + (run.clock or 0), nil, run.fence
   rec.duration = rec.finished - (rec.started or started)
   return run_end.write(baton.etcd, keys.prefix(), { job = run.job, id = run.id, task = opt(run.task),
@@ -295,7 +296,7 @@ local function command_run(spec, run, values, list)
     cmd.env, cmd.cwd, cmd.tail = env, spec.cwd, COMMAND_KEEP
     local r, err = baton.exec(cmd)
     if not r then return nil, err end
-    local how = baton._exit_text(r.code, r.signal, output.redact(r.stderr, list))
+    local how = native.exit_text(r.code, r.signal, output.redact(r.stderr, list))
     if how then return nil, "command " .. how end
     return true
   end
@@ -332,7 +333,7 @@ local function execute(run, state)
   local list = secrets.redaction_list(NODE_SECRETS, values)
   -- Whatever logs during the run (baton.log.* called by the job itself
   -- included) logs no secret.
-  baton._log_filter(function(text) return output.redact(text, list) end)
+  native.log_filter(function(text) return output.redact(text, list) end)
   -- The attempt's kept output, stored while it runs (output.lua).
   local kept = output.new { P = keys.prefix(), job = run.job, id = run.id or keys.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
@@ -354,13 +355,13 @@ local function execute(run, state)
   -- garbage of this one gone (node/pool.lua, limits.lua).
   if MEMORY then collectgarbage() end
   -- Every process the run started ends before its end is known.
-  local swept = baton._sweep(30)
+  local swept = native.sweep(30)
   -- What they wrote last is read first (a turn of the loop); the output is
   -- stored before the end is recorded, so a reader that sees the end (job
   -- logs -f) has all of it.
   baton.sleep(0)
   kept:finish()
-  baton._log_filter(nil)
+  native.log_filter(nil)
   -- A run that returned success succeeded, even after it was asked to
   -- stop (its node stopping gives it a grace to finish: running it again
   -- would do its work twice); one that failed once asked to stop may have
@@ -387,6 +388,79 @@ local function execute(run, state)
   return reply
 end
 
+-- The successes handed over (state.handoffs[key] = {run, started,
+-- deadline}, key = job/id/attempt) end when the node's word comes (a
+-- recorded message: settle) or, past their deadline, in the coroutine
+-- keep_handoffs starts: the worker records them itself. The worker takes
+-- other runs meanwhile; state.settled wakes one that waits to retire until
+-- none is left.
+local function settle(state, key)
+  state.handoffs[key] = nil
+  if not next(state.handoffs) then state.settled:broadcast() end
+end
+
+local function keep_handoffs(state)
+  state.handoffs, state.settled, state.armed = {}, baton._cond(), baton._cond()
+  baton.go(function()
+    while true do
+      local key, h = nil, nil
+      for k, x in pairs(state.handoffs) do
+        if not h or x.deadline < h.deadline then key, h = k, x end
+      end
+      if not h then
+        state.armed:wait()
+      elseif baton.monotime() < h.deadline then
+        baton.sleep(math.max(0, h.deadline - baton.monotime()))
+      else
+        h.deadline = math.huge -- (being recorded)
+        record_success(h.run, h.started)
+        if state.handoffs[key] == h then settle(state, key) end
+      end
+    end
+  end)
+end
+
+-- The node stopped or died: what it had not recorded of the successes
+-- handed to it is written now (its containment process gives this a moment
+-- when the node died).
+local function node_gone(state)
+  txn_answered(nil)
+  for key, h in pairs(state.handoffs) do
+    if h.deadline ~= math.huge then record_success(h.run, h.started) end
+    state.handoffs[key] = nil
+  end
+end
+
+-- Runs run in a coroutine of its own, replies to the node on ch, hands a
+-- success over, and retires the worker when the run left something behind.
+local function start(ch, run, state)
+  state.busy, state.cancelled = true, false
+  state.shared = state.shared and shared_extend(state.shared) or shared_state()
+  local before, shared = native.coroutines(), state.shared
+  baton.go(function()
+    local t0 = baton.monotime()
+    local reply, started = execute(run, state)
+    -- Of the run, only this coroutine may be left, and what all runs
+    -- share must be as it was: a job that patched a module or the
+    -- string metatable would otherwise change the next job's world.
+    reply.retire = reply.retire or native.coroutines() > before + 1
+      or native.children() > 0 or not shared_unchanged(shared)
+    reply.busy = baton.monotime() - t0
+    if reply.handoff then
+      reply.handoff = protocol.attempt_key(run)
+      state.handoffs[reply.handoff] = { run = run, started = started,
+                                        deadline = baton.monotime() + HANDOFF }
+      state.armed:signal()
+    end
+    state.busy = false
+    ch:send(protocol.reply(reply))
+    if reply.retire then
+      if next(state.handoffs) then state.settled:wait() end
+      baton.exit(0)
+    end
+  end)
+end
+
 return function()
   local ch = baton.channel()
   if not ch then
@@ -410,82 +484,22 @@ return function()
       state.cancelled = true
     end
   end)
-  -- The successes handed over (state.handoffs[key] = {run, started,
-  -- deadline}, key = job/id/attempt) end when the node's word comes (the
-  -- loop below) or, past their deadline, here: the worker records them
-  -- itself. The worker takes other runs meanwhile; settled wakes one that
-  -- waits to retire until none is left.
-  state.handoffs = {}
-  local settled, armed = baton._cond(), baton._cond()
-  local function settle(key)
-    state.handoffs[key] = nil
-    if not next(state.handoffs) then settled:broadcast() end
-  end
-  baton.go(function()
-    while true do
-      local key, h = nil, nil
-      for k, x in pairs(state.handoffs) do
-        if not h or x.deadline < h.deadline then key, h = k, x end
-      end
-      if not h then
-        armed:wait()
-      elseif baton.monotime() < h.deadline then
-        baton.sleep(math.max(0, h.deadline - baton.monotime()))
-      else
-        h.deadline = math.huge -- (being recorded)
-        record_success(h.run, h.started)
-        if state.handoffs[key] == h then settle(key) end
-      end
-    end
-  end)
+  keep_handoffs(state)
   while true do
     local line = ch:recv()
     if not line then
-      txn_answered(nil)
-      -- The node stopped or died. What it had not recorded of the
-      -- successes handed to it is written now (its containment process
-      -- gives this a moment when the node died), then the worker exits.
-      for key, h in pairs(state.handoffs) do
-        if h.deadline ~= math.huge then record_success(h.run, h.started) end
-        state.handoffs[key] = nil
-      end
+      node_gone(state)
       return baton.exit(0)
     end
     local msg, merr = protocol.decode_for_worker(line)
-    local run = msg and msg.kind == "run" and msg.run
     if not msg then
       baton.log.error("worker: a message from the node is ignored", { error = merr })
-    elseif msg.kind == "recorded" and state.handoffs[msg.key] then
-      settle(msg.key)
+    elseif msg.kind == "recorded" then
+      if state.handoffs[msg.key] then settle(state, msg.key) end
     elseif msg.kind == "txn_done" then
       txn_answered(msg)
-    end
-    if run and not state.busy then
-      state.busy, state.cancelled = true, false
-      state.shared = state.shared and shared_extend(state.shared) or shared_state()
-      local before, shared = baton._coroutines(), state.shared
-      baton.go(function()
-        local t0 = baton.monotime()
-        local reply, started = execute(run, state)
-        -- Of the run, only this coroutine may be left, and what all runs
-        -- share must be as it was: a job that patched a module or the
-        -- string metatable would otherwise change the next job's world.
-        reply.retire = reply.retire or baton._coroutines() > before + 1
-          or baton._children() > 0 or not shared_unchanged(shared)
-        reply.busy = baton.monotime() - t0
-        if reply.handoff then
-          reply.handoff = protocol.attempt_key(run)
-          state.handoffs[reply.handoff] = { run = run, started = started,
-                                            deadline = baton.monotime() + HANDOFF }
-          armed:signal()
-        end
-        state.busy = false
-        ch:send(protocol.reply(reply))
-        if reply.retire then
-          if next(state.handoffs) then settled:wait() end
-          baton.exit(0)
-        end
-      end)
+    elseif msg.kind == "run" and not state.busy then
+      start(ch, msg.run, state)
     end
   end
 end

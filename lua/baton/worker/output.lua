@@ -20,6 +20,7 @@
 -- prints nothing costs no write at all.
 local baton = require "baton"
 local keys = require "baton.keys"
+local native = require "baton.worker.native"
 local stored_output = require "baton.output"
 local json = baton.json
 
@@ -214,7 +215,7 @@ function M.new(o)
     sbytes = 0, nchunk = 0, writes = 0,
   }, B)
   self.prefix = keys.output(o.P, o.job, o.id, o.attempt)
-  if o.capture then self.sink = baton._output_capture(self.cap) end
+  if o.capture then self.sink = native.output_capture(self.cap) end
   return self
 end
 
@@ -367,7 +368,7 @@ function B:flush()
   self:drain()
   if self.dead then return false end
   if self.qt < self.qh then return true end
-  if baton._fenced() then
+  if native.fenced() then
     self.dead = "the node's lease may be gone"
     return false
   end
