@@ -64,12 +64,6 @@ local RELAY_MAX = 8 * 1024
 -- this worker's memory limit (bytes; node/pool.lua), or nil
 local MEMORY = tonumber(os.getenv("BATON_RUN_MEMORY"))
 
--- Messages to the node are JSON text, which holds no NUL byte: one in an
--- error (or in anything else said there) is sent as U+FFFD (baton.json),
--- never raised, so that the node always gets its reply. (A fenced put
--- whose key or value holds one does not go through the node: ctx:put_fenced.)
-local TEXT = { nul = "replace" }
-
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
@@ -301,6 +295,10 @@ local function command_run(spec, run, values, list)
     return true
   end
 end
+
+-- (a NUL byte in an error's JSON is written as U+FFFD, baton.json, never
+-- raised: the node always gets its reply)
+local TEXT = { nul = "replace" }
 
 -- The reason a run failed, as text: a string as it is, anything else as
 -- its JSON (error({code = 1}) is recorded as {"code":1}).
