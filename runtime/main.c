@@ -216,12 +216,12 @@ int bt_cli_eval(int argc, char **argv) {
   return run_main(rt, nargs);
 }
 
-/* Runs a subcommand written in Lua: lua/baton/cli/<name>.lua returns a
- * function that gets the subcommand's arguments and sets the exit status
- * with baton.exit (an uncaught error exits 1 with its message). open, if
- * not NULL, opens a binding of that command's own into `baton` first
- * (lua_mod.h). */
-static int cli_lua_with(int argc, char **argv, int (*open)(lua_State *)) {
+/* Runs the subcommand argv[0] written in Lua: module (NULL:
+ * baton.cli.<argv[0]>, lua/baton/cli/<name>.lua) returns a function that
+ * gets the subcommand's arguments and sets the exit status with baton.exit
+ * (an uncaught error exits 1 with its message). open, if not NULL, opens a
+ * binding of that command's own into `baton` first (lua_mod.h). */
+static int lua_command(const char *module, int argc, char **argv, int (*open)(lua_State *)) {
   bt_rt_t *rt;
   lua_State *L;
   int i;
@@ -237,7 +237,10 @@ static int cli_lua_with(int argc, char **argv, int (*open)(lua_State *)) {
     lua_pop(L, 1);
   }
   lua_getglobal(L, "require");
-  lua_pushfstring(L, "baton.cli.%s", argv[0]);
+  if (module)
+    lua_pushstring(L, module);
+  else
+    lua_pushfstring(L, "baton.cli.%s", argv[0]);
   if (lua_pcall(L, 1, 1, 0) || !lua_isfunction(L, -1)) {
     fprintf(stderr, "baton: %s: %s\n", argv[0],
             lua_isstring(L, -1) ? lua_tostring(L, -1) : "not a function");
@@ -249,7 +252,7 @@ static int cli_lua_with(int argc, char **argv, int (*open)(lua_State *)) {
 }
 
 static int cli_lua(int argc, char **argv) {
-  return cli_lua_with(argc, argv, NULL);
+  return lua_command(NULL, argc, argv, NULL);
 }
 
 /* baton worker: a pooled worker of baton node, below its containment
@@ -270,7 +273,8 @@ static int cli_worker(int argc, char **argv) {
             bt_strerror(e));
     return 1;
   }
-  return cli_lua_with(argc, argv, bt_lua_open_worker);
+  /* (its Lua is lua/baton/worker/main.lua) */
+  return lua_command("baton.worker.main", argc, argv, bt_lua_open_worker);
 }
 
 /* baton sandbox: where stored code is described (lua/baton/stored.lua),

@@ -49,7 +49,7 @@ local baton = require "baton"
 local keys = require "baton.keys"
 local record = require "baton.record"
 local json = baton.json
-local output = require "baton.node.output"
+local output = require "baton.output"
 
 local format, floor, concat, sort = string.format, math.floor, table.concat, table.sort
 
@@ -183,7 +183,7 @@ end
 -- output of the triggering run
 
 -- The tail of what the triggering attempt said (its kept output, read from
--- P output/<job>/<id>/@<attempt>/, node/output.lua): its lines' text, one
+-- P output/<job>/<id>/@<attempt>/, output.lua): its lines' text, one
 -- a line, with the cap's "... N lines dropped ..." marker where lines are
 -- missing, the last TAIL_CAP bytes of it. When nothing is kept (or it
 -- cannot be read), the triggering run's error, or "". Called by the worker
@@ -283,8 +283,8 @@ function M.skip(self, name, j, id, pmod, req, why)
   local rec = record.skipped(run, self.name, now, why, { code_revision = j.spec.revision })
   local ops = { { put = { key = run_key, value = record.encode(rec) } },
                 { delete = { key = pending_key } },
-                -- (runs requires this module: asked for here, not at the top)
-                require("baton.node.runs").last_op(P, name, id, rec) }
+                -- (run_end requires this module: asked for here, not at the top)
+                require("baton.run_end").last_op(P, name, id, rec) }
   M.add(P, run, rec, ops)
   local r = self.e:txn {
     compare = { { key = run_key, target = "create", op = "==", value = 0 },

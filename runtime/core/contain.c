@@ -373,7 +373,7 @@ static void out_of_memory(void) {
 }
 
 /* The node died. Its worker may hold a success the node had not written
- * yet (lua/baton/cli/worker.lua, handoff): it writes it, guarded by the
+ * yet (lua/baton/worker/main.lua, handoff): it writes it, guarded by the
  * run's fence, and exits once it reads the end of its channel, which the
  * node's death closed. So every other process below is killed at once,
  * and the worker gets GONE_GRACE_MS to exit by itself before it is killed

@@ -4,7 +4,7 @@
  *
  * `baton worker` starts in bt_contain_worker(), before any Lua. The process
  * becomes the worker's *containment process*: it forks the worker (which
- * returns from bt_contain_worker and runs lua/baton/cli/worker.lua) and
+ * returns from bt_contain_worker and runs lua/baton/worker/main.lua) and
  * stays its parent, as a child subreaper (PR_SET_CHILD_SUBREAPER), so every
  * process a run starts stays below it, even one whose parent exited
  * (`sh -c "daemon &"`) or that made its own session. It runs no Lua and

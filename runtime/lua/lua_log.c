@@ -8,7 +8,7 @@
  * to every field's name and to every field's text before a line is
  * written (a number or boolean whose text the filter changes is written as
  * the filter's string); a worker sets it for a run to redact its secrets
- * (lua/baton/cli/worker.lua). fn must not wait.
+ * (lua/baton/worker/main.lua). fn must not wait.
  */
 #include "logfmt.h"
 #include "lua_mod.h"

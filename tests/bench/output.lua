@@ -50,7 +50,7 @@ elseif mode == "lateness" then
   print(("lateness n=%d p50_ms=%.0f p99_ms=%.0f max_ms=%.0f"):format(n, pct(lat, 0.5), pct(lat, 0.99),
         pct(lat, 1)))
 elseif mode == "stored" then
-  local output = require "baton.node.output"
+  local output = require "baton.output"
   local r = assert(e:get(P .. "output/" .. arg[2] .. "/", { prefix = true }))
   local bytes = 0
   for _, kv in ipairs(r.kvs) do bytes = bytes + #kv.value end

@@ -157,18 +157,18 @@ T.ok(baton.monotime() - t0 < 2, "when the one that may not came, not after the l
 T.is(c.requests, 1, "in one request")
 
 -- 7. Register writes: runs of one job each raise P last/<job> to their id
--- (runs.last_op); they share a request, the newest one's write goes, and
+-- (run_end.last_op); they share a request, the newest one's write goes, and
 -- the key ends as if each had gone alone.
-local runs = require "baton.node.runs"
+local run_end = require "baton.run_end"
 c = counting(e)
 b = batch.new(c)
 local ids = {}
 for i = 1, 12 do ids[i] = ("2026-01-01T00:00:%02dZ"):format(i) end
 res = all(12, function(i)
   local id = ids[(i * 5) % 12 + 1] -- (not in order of arrival)
-  local last = runs.last_op(P, "job", id, { state = "succeeded", fire = i })
+  local last = run_end.last_op(P, "job", id, { state = "succeeded", fire = i })
   return b:txn({ success = { { put = { key = P .. "runs/job/" .. id, value = "rec" } }, last } },
-               nil, runs.last_register(P, "job", id, last))
+               nil, run_end.last_register(P, "job", id, last))
 end)
 ok = 0
 for _, r in ipairs(res) do if r[1] and r[1].succeeded then ok = ok + 1 end end
@@ -178,8 +178,8 @@ local lv = assert(e:get(P .. "last/job")).kvs[1]
 T.like(lv and lv.value or "", '^{"run":"2026%-01%-01T00:00:12Z"', "last/ names the newest run")
 T.is(assert(e:get(P .. "runs/job/", { prefix = true, count_only = true })).count, 12, "and every record is there")
 -- an older run's write after that leaves it alone
-local older = runs.last_op(P, "job", ids[3], { state = "failed" })
-assert(b:txn({ success = { older } }, nil, runs.last_register(P, "job", ids[3], older)))
+local older = run_end.last_op(P, "job", ids[3], { state = "failed" })
+assert(b:txn({ success = { older } }, nil, run_end.last_register(P, "job", ids[3], older)))
 lv = assert(e:get(P .. "last/job")).kvs[1]
 T.like(lv and lv.value or "", '^{"run":"2026%-01%-01T00:00:12Z"', "an older run does not take it back")
 -- a plain write of that key does not travel with register writes
@@ -187,8 +187,8 @@ c = counting(e)
 b = batch.new(c)
 res = all(2, function(i)
   if i == 1 then
-    local l = runs.last_op(P, "job", "2026-01-01T00:01:00Z", { state = "succeeded" })
-    return b:txn({ success = { l } }, nil, runs.last_register(P, "job", "2026-01-01T00:01:00Z", l))
+    local l = run_end.last_op(P, "job", "2026-01-01T00:01:00Z", { state = "succeeded" })
+    return b:txn({ success = { l } }, nil, run_end.last_register(P, "job", "2026-01-01T00:01:00Z", l))
   end
   return b:txn { success = { { delete = { key = P .. "last/job" } } } }
 end)

@@ -1,4 +1,4 @@
--- Commands as jobs (job.lua `command`, cli/worker.lua): a job whose
+-- Commands as jobs (job.lua `command`, worker/main.lua): a job whose
 -- `command` is a program (a list, no shell) or shell text (/bin/sh -c) runs
 -- it on a real node. A non-zero exit or a signal fails the run with the
 -- status and the tail of stderr (secrets redacted); its output is kept;

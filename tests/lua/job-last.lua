@@ -3,7 +3,7 @@
 -- the run keys), whatever order the writes come in; and job ls reads it,
 -- falling back to the newest record for a job that has none.
 local T = require "tap"
-local runs = require "baton.node.runs"
+local run_end = require "baton.run_end"
 local json = baton.json
 local e = baton.etcd
 local bin = os.getenv("BATON_BIN") or "bin/baton"
@@ -14,7 +14,7 @@ local P = "/test/joblast/" .. tostring(baton.now()):gsub("%.", "") .. "/"
 local function write(j, id, state)
   local rec = { job = j, fire = 1, node = "n1", attempt = 1, state = state, started = 2 }
   assert(e:txn { success = { { put = { key = P .. "runs/" .. j .. "/" .. id, value = json.encode(rec) } },
-                             runs.last_op(P, j, id, rec) } })
+                             run_end.last_op(P, j, id, rec) } })
 end
 
 local function last(j)

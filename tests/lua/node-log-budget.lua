@@ -1,5 +1,5 @@
 -- A run's output stays out of the node's log beyond a small budget per
--- attempt (lua/baton/cli/worker.lua, run_log): a run that prints 50 MB
+-- attempt (lua/baton/worker/main.lua, run_log): a run that prints 50 MB
 -- grows the log of a node writing it to a file by less than 100 KB; the
 -- log has the beginning of the output and one line saying how much was
 -- left out and where it is; the kept output (baton job logs) still has the

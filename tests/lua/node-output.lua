@@ -1,4 +1,4 @@
--- A run's kept output (lua/baton/node/output.lua): what it prints, logs and
+-- A run's kept output (lua/baton/worker/output.lua, lua/baton/output.lua): what it prints, logs and
 -- what the programs it starts print is stored in etcd next to its record,
 -- read with `baton job logs` from another process, capped with a marker,
 -- followed live with -f, opted out of per call, redacted of the node's
@@ -6,7 +6,7 @@
 -- record by the history retention.
 local T = require "tap"
 local N = require "nodes"
-local output = require "baton.node.output"
+local output = require "baton.worker.output"
 local keys = require "baton.keys"
 
 local bin = os.getenv("BATON_BIN") or "bin/baton"
@@ -311,8 +311,8 @@ end
 do
   local script = c.dir .. "/secrets.lua"
   local f = assert(io.open(script, "w"))
-  f:write([[local o = require "baton.node.output"
-    io.write(o.redact("a pw-]] .. TOKEN .. [[ b", o.node_secrets()))]])
+  f:write([[local o = require "baton.worker.output"
+    io.write(o.redact("a pw-]] .. TOKEN .. [[ b", require("baton.worker.secrets").node_secrets()))]])
   f:close()
   local r = assert(baton.exec { "env", "BATON_PASSWORD=pw-" .. TOKEN, bin, "eval", script })
   T.is(r.stdout, "a *** b", "BATON_PASSWORD is one of the secrets redacted " .. r.stderr)

@@ -159,7 +159,7 @@ local er = N.wait(20, function()
   local x = c:records("err")[1]
   return x and x.state ~= "running" and x
 end)
--- (as the run's output keeps it: the four characters \x00, node/output.lua)
+-- (as the run's output keeps it: the four characters \x00, worker/output.lua)
 T.ok(er and er.state == "failed" and er.error == "bad\\x00byte",
   "an error with a NUL is recorded failed, the NUL as \\x00: " .. tostring(er and er.error))
 T.ok(baton.monotime() - t0 < 20, "at once, not after its timeout")

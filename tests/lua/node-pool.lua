@@ -237,7 +237,7 @@ end }]]):format(h.P .. "started"))
   h:destroy()
 end
 
--- 6. ctx:put_fenced is made by the node (cli/worker.lua): each write is a
+-- 6. ctx:put_fenced is made by the node (worker/main.lua): each write is a
 -- member of its write batcher, guarded by the run's fence, and a run whose
 -- claim is gone gets ELOST, as a write of its own would.
 do

@@ -1,11 +1,13 @@
--- The parts of a run's kept output that need no etcd (node/output.lua):
+-- The parts of a run's kept output that need no etcd (output.lua, reading
+-- it; worker/output.lua, writing it):
 -- the key scheme, redaction, the cap of the queue, reading chunks back with
 -- markers for dropped lines, the format of a line; that the capture of
 -- what programs print is not in eval (tests/c/test-worker-binding.lua has
 -- it).
 -- Storing and fencing are tested with real nodes in node-output.lua.
 local T = require "tap"
-local output = require "baton.node.output"
+local output = require "baton.worker.output"
+local stored = require "baton.output"
 local keys = require "baton.keys"
 local json = baton.json
 
@@ -18,7 +20,7 @@ T.is(shard_key:sub(1, #keys.output(P, "j", plain)) == keys.output(P, "j", plain)
      "a shard's output is not under the run prefix of its instant")
 T.isnt(keys.output(P, "j", plain, 10):sub(1, #keys.output(P, "j", plain, 1)),
        keys.output(P, "j", plain, 1), "attempt 10 is not under attempt 1's prefix")
-local a, ch = output.parse_key(P, "j", shard, shard_key)
+local a, ch = stored.parse_key(P, "j", shard, shard_key)
 T.ok(a == 1 and ch == 1, "parse_key: attempt and chunk")
 
 -- Redaction.
@@ -46,18 +48,18 @@ local kvs = {
   chunk("k/00000002", { { n = 7, t = 1, stream = "stdout", text = "seven" }, { n = 8, t = 1, stream = "stdout", text = "eight" } }),
   chunk("k/00000001", { { n = 3, t = 1, stream = "stdout", text = "three" } }),
 }
-local lines, last, cap = output.lines(kvs)
+local lines, last, cap = stored.lines(kvs)
 T.is(last, 8, "the last line's number")
 T.is(cap, 2048, "the cap it was written under")
 T.is_deeply({ lines[1].dropped, lines[2].text, lines[3].dropped, lines[4].text, lines[5].text },
             { 2, "three", 3, "seven", "eight" }, "chunks in key order, a marker for each gap")
-T.is(output.format(lines[1]), "... 2 lines dropped (the output of an attempt is capped at 2 KiB) ...",
+T.is(stored.format(lines[1]), "... 2 lines dropped (the output of an attempt is capped at 2 KiB) ...",
      "the marker says how many, and the cap")
-T.is(output.format { t = 1796169011.94, stream = "stdout", text = "hi" }, "2026-12-01T23:50:11.940Z stdout  hi",
+T.is(stored.format { t = 1796169011.94, stream = "stdout", text = "hi" }, "2026-12-01T23:50:11.940Z stdout  hi",
      "a printed line: time, stream, text")
-T.is(output.format { t = 0, stream = "log", level = "warn", text = "disk", fields = { b = "x y", a = 1 } },
+T.is(stored.format { t = 0, stream = "log", level = "warn", text = "disk", fields = { b = "x y", a = 1 } },
      '1970-01-01T00:00:00.000Z warn    disk a=1 b="x y"', "a log line: level, fields sorted and quoted")
-T.is(output.format { t = 0, stream = "stderr", cmd = "pg_dump", text = "oops" },
+T.is(stored.format { t = 0, stream = "stderr", cmd = "pg_dump", text = "oops" },
      "1970-01-01T00:00:00.000Z pg_dump:err oops", "a program's line: PROGRAM:err")
 
 -- The capture (baton._output_capture) is the worker's: `baton eval` has

@@ -17,7 +17,8 @@
 local T = require "tap"
 local N = require "nodes"
 local F = require "files"
-local output = require "baton.node.output"
+local output = require "baton.worker.output"
+local stored_output = require "baton.output"
 local keys = require "baton.keys"
 local U = require "baton.cli.util"
 local json = baton.json
@@ -213,7 +214,7 @@ local function run(what)
     end
   end)
   local kvs = assert(c.e:get(keys.output(P, "leaky", id or "none"), { prefix = true })).kvs
-  return rec or {}, output.lines(kvs), id
+  return rec or {}, stored_output.lines(kvs), id
 end
 
 -- 2a. Secrets across cuts.

@@ -14,7 +14,7 @@
 --   P running/<name>/<id>              present while an attempt of the run executes
 --   P trigger/<name>/<id>              manual-run requests (baton.ops, run_job)
 --   P cancel/<name>/<id>               a request to stop a run (baton job kill)
---   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (node/output.lua)
+--   P output/<name>/<id>/@<attempt>/<chunk>  a run's kept output (output.lua)
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
@@ -399,7 +399,7 @@ function sub.kill(pos)
 end
 
 ---------------------------------------------------------------------------
--- logs and run --wait: a run's kept output, followed live (cli/follow.lua)
+-- logs and run --wait: a run's kept output, followed live (cli/logs.lua)
 
 function sub.logs(pos, opts)
   local name = pos[2]

@@ -4,7 +4,7 @@
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
-local output = require "baton.node.output"
+local output = require "baton.output"
 local keys = require "baton.keys"
 
 local format, ipairs, tonumber, tostring, type = string.format, ipairs, tonumber, tostring, type
@@ -139,7 +139,7 @@ local function printer(name, id, opts, want, label)
       if label then l.id = id end
       U.print_json(l)
     else
-      io.stdout:write(output.format(l), "\n")
+      io.stdout:write(U.escape(output.format(l)), "\n")
     end
   end
   -- Prints the lines of attempt a's chunk kvs not printed yet, with a

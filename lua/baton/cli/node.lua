@@ -106,7 +106,7 @@ return function(...)
     http = { addr = opts.http, token_file = opts["http-token-file"], cert_file = opts["http-cert"],
              key_file = opts["http-key"], allow_hosts = opts["http-allow-host"] }
     -- Its workers redact the token from what runs print, log and fail
-    -- with (node/output.lua): they read it from the file, whose path they
+    -- with (worker/secrets.lua): they read it from the file, whose path they
     -- inherit in BATON_HTTP_TOKEN_FILE. The path, not the token: a job
     -- runs as the node's user and could read the file anyway (the path is
     -- in the node's command line), but the programs it starts, which

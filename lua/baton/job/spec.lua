@@ -192,7 +192,7 @@ local function no_nul(s) return not s:find("%z") end
 
 -- Checks what a job does, into spec: run (a function) or command (a
 -- program: a list {program, args...} run as it is, or a string run by
--- /bin/sh -c; cli/worker.lua runs it), exactly one of them. Returns nil
+-- /bin/sh -c; worker/main.lua runs it), exactly one of them. Returns nil
 -- when fine, else the message.
 local function check_command(t, spec)
   if t.run ~= nil and t.command ~= nil then

@@ -11,9 +11,10 @@
 --     job's misfire policy and starting_deadline; every instant or shard not
 --     run is recorded as skipped with the reason.
 --   * history: keeps the newest `history` run records per job; a record's
---     kept output (output/<job>/<id>/@..., node/output.lua) goes with it.
+--     kept output (output/<job>/<id>/@..., output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local run_end = require "baton.run_end"
 local keys = require "baton.keys"
 local record = require "baton.record"
 local events = require "baton.events"
@@ -79,9 +80,9 @@ local function check_inflight(self, job, id)
   if decision == "rerun" then
     ops[2] = { put = { key = k.pending, value = json.encode {
       at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
-    ops[3] = runs.last_op(P, job, id, rec)
+    ops[3] = run_end.last_op(P, job, id, rec)
   else
-    runs.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
+    run_end.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
                         events = events.targets(self, job) }, ops, rec)
   end
   local w = e:txn { compare = guard, success = ops }
@@ -430,7 +431,7 @@ function M.settle_misfires(self, name, j, missed, now)
       local rec = record.skipped(run, self.name, now, why, { code_revision = spec.revision })
       local r = e:txn { compare = absent,
         success = events.add(P, run, rec, { { put = { key = key, value = record.encode(rec) } },
-                                            runs.last_op(P, name, id, rec) }) }
+                                            run_end.last_op(P, name, id, rec) }) }
       if r and r.succeeded then skipped = skipped + 1; self.metrics:skip(name, why) end
     end
   end

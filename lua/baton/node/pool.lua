@@ -1,7 +1,7 @@
 -- The worker pool of a node (docs/architecture.md, "The pieces"): long-lived
 -- `baton worker` processes, each running one run at a time, reached over a
--- channel (baton.spawn{..., channel = true}, one JSON message per line; the
--- protocol is in lua/baton/cli/worker.lua).
+-- channel (baton.spawn{..., channel = true}; the messages are
+-- worker/protocol.lua's).
 --
 -- --workers N caps how many runs the node executes at once (scheduled,
 -- manual and queue runs alike): a run takes a slot before it is claimed, so
@@ -20,14 +20,9 @@
 local baton = require "baton"
 local limits = require "baton.limits"
 local secrets = require "baton.node.secrets"
-local json = baton.json
+local protocol = require "baton.worker.protocol"
 
 local IDLE_STOP = 60
-
--- Messages to a worker carry text read from etcd or said by a job (an
--- error): a NUL byte there is sent as U+FFFD (baton.json), never raised.
--- (What a run is given must hold none: runs.lua refuses such a run first.)
-local TEXT = { nul = "replace" }
 
 local function pack(...) return { n = select("#", ...), ... } end
 
@@ -249,49 +244,28 @@ function Pool:trim(secs)
   self.idle = keep
 end
 
--- A line of the worker as a table, or nil.
-local function decode(line)
-  local ok, reply = pcall(json.decode, line or "")
-  return ok and type(reply) == "table" and reply or nil
-end
-
--- ops of a worker's fenced transaction, if they are what one may hold:
--- puts of string keys and values.
-local function fenced_ops(ops)
-  if type(ops) ~= "table" or #ops == 0 then return nil end
-  for _, op in ipairs(ops) do
-    local put = type(op) == "table" and op.put
-    if type(put) ~= "table" or type(put.key) ~= "string" or type(put.value) ~= "string"
-       or next(op, next(op)) then
-      return nil
-    end
-  end
-  return ops
-end
-
--- Answers the worker's request for a fenced transaction of its run (see
--- cli/worker.lua): made by run.txn(ops) when the request is for run, else
--- (a request of another attempt, or after the run is given up) refused
--- with ELOST.
-local function relay_txn(self, w, req, run)
+-- Answers the worker's request req (a txn message, worker/protocol.lua)
+-- for a fenced transaction of its run: made by run.txn(ops) when the
+-- request is for run, else (a request of another attempt, or after the run
+-- is given up) refused with ELOST; one whose ops are not puts of strings is
+-- refused with EINVAL.
+local function answer_txn(self, w, req, run)
   local go = self.node.go or baton.go
   go(function()
     local a
-    local ops = fenced_ops(req.ops)
-    if not ops then
-      a = { error = "EINVAL: a fenced write holds puts of string keys and values", code = "EINVAL" }
+    if not req.ops then
+      a = { error = req.why, code = "EINVAL" }
     elseif run and run.txn and req.run == run.key then
-      a = run.txn(ops)
+      a = run.txn(req.ops)
     else
       a = { error = "ELOST: the run is no longer this worker's", code = "ELOST" }
     end
-    a.txn_done = req.n
-    w.ch:send(json.encode(a, TEXT))
+    w.ch:send(protocol.txn_done(req.n, a))
   end)
 end
 
 -- The worker's reply to the run, within secs; its requests meanwhile are
--- answered (relay_txn). nil and "timeout", or nil and the process's exit
+-- answered (answer_txn). nil and "timeout", or nil and the process's exit
 -- ({code, signal}) when the worker ended first.
 local function reply_of(self, w, secs, run)
   local deadline = baton.monotime() + secs
@@ -301,11 +275,13 @@ local function reply_of(self, w, secs, run)
       if code == "ETIMEDOUT" then return nil, "timeout" end
       return nil, w.p:wait(5) or { code = -1, error = rerr }
     end
-    local m = decode(line)
-    if m and type(m.txn) == "table" then
-      relay_txn(self, w, m.txn, run)
+    local m, err = protocol.decode_for_node(line)
+    if not m then
+      return { ok = false, error = "the worker sent a malformed reply: " .. err, retire = true }
+    elseif m.kind == "txn" then
+      answer_txn(self, w, m, run)
     else
-      return m or { ok = false, error = "the worker sent a malformed reply", retire = true }
+      return m
     end
   end
 end
@@ -315,7 +291,7 @@ end
 -- nil and "timeout" if timeout seconds passed (the worker still runs), or
 -- nil and {unsendable = why} if msg cannot be sent (it was not).
 -- run (optional): {key = job/id/attempt, txn = function(ops)} makes the
--- run's fenced writes (ctx:put_fenced: cli/worker.lua) while it runs; txn
+-- run's fenced writes (ctx:put_fenced: worker/main.lua) while it runs; txn
 -- answers {succeeded = bool} or {error =, code =}.
 function Pool:call(w, msg, timeout, run)
   -- The run's secrets (node/secrets.lua); a worker given a restricted one
@@ -328,8 +304,8 @@ function Pool:call(w, msg, timeout, run)
   end
   -- (a message JSON cannot hold, a function or NaN from the job's file: nil
   -- and {unsendable = why}, the worker told nothing)
-  local eok, text = pcall(json.encode, { run = msg }, TEXT)
-  if not eok then return nil, { unsendable = tostring(text):gsub("^baton%.json%.encode: ", "") } end
+  local text, why = protocol.run(msg)
+  if not text then return nil, { unsendable = why } end
   local ok, err = w.ch:send(text)
   if not ok then return nil, w.p:wait(5) or { code = -1, error = err } end
   return reply_of(self, w, timeout, run)

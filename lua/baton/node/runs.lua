@@ -28,7 +28,7 @@
 --                        "started":,"finished":,"node":,"attempt":}: every
 --                        write of a record also writes it, unless a run
 --                        with a greater id (key order) is there already
---                        (M.last_op), so that job ls and GET /api/v1/jobs
+--                        (run_end.last_op), so that job ls and GET /api/v1/jobs
 --                        read every job's last run in one range request
 --                        (and the newest record of a job without one).
 --
@@ -41,6 +41,8 @@ local baton = require "baton"
 local events = require "baton.events"
 local keys = require "baton.keys"
 local record = require "baton.record"
+local run_end = require "baton.run_end"
+local protocol = require "baton.worker.protocol"
 local json = baton.json
 
 local format = string.format
@@ -55,31 +57,6 @@ local M = {}
 local TEXT = { nul = "replace" }
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
-
--- Names one attempt of a run between a node and its worker: job/id/attempt.
-function M.attempt_key(run)
-  return run.job .. "/" .. tostring(run.id) .. "/" .. tostring(run.attempt)
-end
-
--- The operation that makes P last/<job> say record rec of run id (its
--- value: record.last_value, which starts with the id), unless it
--- names a newer run: one etcd comparison of values. A value starts with
--- {"run":"<id>" and goes on with '"', so comparing it with
--- {"run":"<id># (one more than '"') is comparing the ids as etcd orders
--- keys: the stored id is the same or older exactly when the value is less.
--- A missing key compares false on its value, hence the inner create == 0;
--- when the caller knows the key is there (exists: see M.claim), that
--- branch, which carries the value a second time, is left out.
-function M.last_op(P, job, id, rec, exists)
-  local key, value = keys.key(P, "last", job), record.last_value(id, rec)
-  local put = { { put = { key = key, value = value } } }
-  return { txn = {
-    compare = { { key = key, target = "value", op = "<", value = '{"run":' .. json.encode(id, TEXT):sub(1, -2) .. "#" } },
-    success = put,
-    failure = not exists and { { txn = { compare = { { key = key, target = "create", op = "==", value = 0 } },
-                                         success = put } } } or nil,
-  } }
-end
 
 -- The shard of a run id (<instant>/<index>) of a job spec, or nil.
 function M.shard_of(spec, id)
@@ -242,12 +219,12 @@ local function skip_txn(self, run, s, why, opts)
   for _, c in ipairs(opts.extra_compare or {}) do cmp[#cmp + 1] = c end
   local skipped = record.skipped(run, self.name, now, why,
                                  { code_revision = spec.revision, params = run_params(spec, run.params) })
-  local last = M.last_op(P, run.job, run.id, skipped, j and j.last_known)
+  local last = run_end.last_op(P, run.job, run.id, skipped, j and j.last_known)
   local ops = { { put = { key = k.run, value = record.encode(skipped) } }, last }
   for _, op in ipairs(opts.skip_ops or {}) do ops[#ops + 1] = op end
   events.add(P, { job = run.job, id = run.id, events = events.targets(self, run.job) }, skipped, ops)
   return { compare = cmp, success = ops, failure = what_is_there(k) },
-         M.last_register(P, run.job, run.id, last)
+         run_end.last_register(P, run.job, run.id, last)
 end
 
 -- Claims the next attempt of run on this node, in one transaction:
@@ -303,7 +280,7 @@ function M.claim(self, run, opts)
   -- again.)
   local j = self.jobs and self.jobs[run.job]
   local last_known = j and j.last_known
-  local last = M.last_op(P, run.job, run.id, rec, last_known)
+  local last = run_end.last_op(P, run.job, run.id, rec, last_known)
   success[#success + 1] = last
   for _, c in ipairs(opts.extra_compare or {}) do compare[#compare + 1] = c end
   for _, op in ipairs(opts.extra_success or {}) do success[#success + 1] = op end
@@ -346,7 +323,7 @@ function M.claim(self, run, opts)
     for try = 1, 3 do
       -- (with the claims of other runs due now: node/batch.lua)
       r, err = self.batch:txn({ compare = compare, success = success, failure = failure }, nil,
-                              M.last_register(P, run.job, run.id, last))
+                              run_end.last_register(P, run.job, run.id, last))
       if r then break end
       -- The answer was lost: the transaction may have been applied.
       local kv = claimed_by(self, s, k, token)
@@ -404,95 +381,9 @@ function M.retry_delay(self, run, rec, err)
                      self.job_view(run.job, run.spec), rec, err)
 end
 
--- The operations that end a run for good: the record (already in ops[1]),
--- and away with its inflight entry, cancel request, the job's active/ if
--- the run holds it, its pending entry and its queue task; and, given the
--- final record rec, P last/<job> (M.last_op) and the events it makes for
--- the event jobs in run.events (baton.events: written with the record, so
--- both or neither).
-function M.final_ops(P, run, ops, rec)
-  local k = keys.run(P, run.job, run.id)
-  ops[#ops + 1] = { delete = { key = k.inflight } }
-  ops[#ops + 1] = { delete = { key = k.cancel } }
-  ops[#ops + 1] = { delete = { key = k.pending } }
-  if not rec or rec.exclusive then
-    -- (only a run claimed as exclusive can hold it; the others leave the
-    -- key out, so that the ends of one job's runs do not all touch it, and
-    -- can share a request: node/batch.lua)
-    ops[#ops + 1] = { txn = {
-      compare = { { key = k.active, target = "value", op = "==", value = run.id } },
-      success = { { delete = { key = k.active } } } } }
-  end
-  if run.task then ops[#ops + 1] = { delete = { key = run.task.key } } end
-  local last
-  if rec then
-    last = M.last_op(P, run.job, run.id, rec, run.last_known)
-    ops[#ops + 1] = last
-    events.add(P, run, rec, ops)
-  end
-  return ops, last
-end
-
--- The register write (node/batch.lua) that op, a M.last_op of run id of
--- job, is: P last/<job> only ever moves to a newer run.
-function M.last_register(P, job, id, op)
-  return op and { op = op, key = keys.key(P, "last", job), order = id }
-end
-
 -- How long the end of a run may wait for the ends (or claims) of others
 -- to go to etcd in the same request (node/batch.lua).
 M.RECORD_LINGER = 0.01
-
--- Writes rec, the record of an attempt that ended (record.ended), guarded
--- by its fence (and, with opts.alive, by the node's session, and
--- opts.linger: see node/batch.lua): final, or waiting for its next attempt
--- (rec.state "retrying" with rec.retry_at: a pending/ entry that any
--- eligible node claims at that time; its reason is opts.attempt_state, how
--- the attempt ended, or "failed"). Returns the record's new mod revision,
--- or nil if the claim was lost. The worker calls it too, to record a
--- success itself: then a run that completed is recorded even if its node
--- froze right after.
-function M.record_end(e, P, run, fence, rec, opts)
-  opts = opts or {}
-  local k = keys.run(P, run.job, run.id)
-  local ops = { { put = { key = k.run, value = record.encode(rec) } }, { delete = { key = k.marker } } }
-  local last
-  if rec.retry_at then
-    ops[#ops + 1] = { put = { key = k.pending, value = json.encode({
-      at = rec.retry_at, attempt = rec.attempt + 1, reason = opts.attempt_state or "failed" }, TEXT) } }
-    last = M.last_op(P, run.job, run.id, rec, run.last_known)
-    ops[#ops + 1] = last
-  else
-    last = select(2, M.final_ops(P, run, ops, rec))
-  end
-  local reg = M.last_register(P, run.job, run.id, last)
-  local compare = { { key = k.marker, target = "create", op = "==", value = fence } }
-  if opts.alive then compare[2] = opts.alive end
-  for _ = 1, 5 do
-    if opts.still_ok and not opts.still_ok() then return nil end
-    local r = e:txn({ compare = compare, success = ops }, opts.linger, reg)
-    if r and r.succeeded then return r.revision end
-    -- The answer was lost, or the compare failed: see whether this end is
-    -- written (the marker of this fence is gone and the record's last
-    -- attempt is this one). It may be by the other party that can write a
-    -- success: the node, or its worker when the node was slow to (see
-    -- cli/worker.lua, handoff).
-    local g = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } } } }
-    if g then
-      local m, kv = g.responses[1].kvs[1], g.responses[2].kvs[1]
-      if m and m.create_revision == fence then
-        if r then return nil end -- the compare failed on something else (opts.alive)
-        -- not applied: write again
-      else
-        local ok, now = pcall(json.decode, kv and kv.value or "")
-        local latest = ok and type(now) == "table" and type(now.attempts) == "table"
-          and now.attempts[#now.attempts]
-        return latest and latest.fence == fence and kv.mod_revision or nil
-      end
-    end
-    baton.sleep(0.3)
-  end
-end
 
 -- The conversation with worker w about attempt rec of run: the run goes
 -- to it, its requests meanwhile are answered, and on a timeout it is asked
@@ -513,7 +404,7 @@ local function converse(self, run, fence, rec, w)
   -- by the fence.
   local marker = keys.run(self.P, run.job, run.id).marker
   local relay = {
-    key = M.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
+    key = protocol.attempt_key { job = run.job, id = run.id, attempt = rec.attempt },
     txn = function(ops)
       local r, err, code = self.batch:txn {
         compare = { { key = marker, target = "create", op = "==", value = fence } },
@@ -557,7 +448,7 @@ end
 -- "interrupted" when the node is stopping), the reason (nil on success),
 -- for a success the worker hands over (its reply says handoff), the
 -- worker and the key to tell it once the node has recorded the run, as
--- whatever it is recorded (see cli/worker.lua), and true when the run can
+-- whatever it is recorded (see worker/main.lua), and true when the run can
 -- never run (M.unfit: failed
 -- for good, no retry). The run's processes are gone when it returns: the
 -- worker ends them before it replies, and a worker that is stopped is
@@ -666,13 +557,13 @@ local function execute_counted(self, run, fence, rec, release)
   local s = run.session
   run.events = events.targets(self, run.job)
   -- (with the ends of other runs: node/batch.lua)
-  local rev = M.record_end(self.batch, P, run, fence, rec, {
+  local rev = run_end.write(self.batch, P, run, fence, rec, {
     attempt_state = state, alive = alive_compare(self, s), linger = M.RECORD_LINGER,
     still_ok = function() return M.live(self, s) end })
   if handoff then
     -- The worker records the success itself unless this word comes in time
     -- (a worker stopped meanwhile reads it no more).
-    handoff.w.ch:send(json.encode({ recorded = handoff.key }, TEXT))
+    handoff.w.ch:send(protocol.recorded(handoff.key))
   end
   self.metrics:attempt_ended(run, rec, state, rev, delay)
   if not rev then
@@ -834,7 +725,7 @@ function M.replace_active(self, run)
         local dok, orec = pcall(json.decode, rk and rk.value or "")
         if dok and type(orec) == "table" then
           orec = record.killed(orec, self.now(), "replaced by run " .. run.id)
-          local ops = M.final_ops(P, { job = run.job, id = old,
+          local ops = run_end.final_ops(P, { job = run.job, id = old,
             task = orec.task and { key = orec.task } or nil,
             events = events.targets(self, run.job) },
             { { put = { key = ok.run, value = record.encode(orec) } } }, orec)
@@ -904,7 +795,7 @@ function M.take_pending(self, job, j, id, pmod)
       rec = record.abandoned(rec, self.now(), "its queue task " .. rec.task .. " was deleted")
       local w = e:txn { compare = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
                                     { key = k.pending, target = "mod", op = "==", value = pmod } },
-                        success = M.final_ops(P, run, { { put = { key = k.run, value = record.encode(rec) } } }, rec) }
+                        success = run_end.final_ops(P, run, { { put = { key = k.run, value = record.encode(rec) } } }, rec) }
       if w and w.succeeded then self.metrics:ended(job, "abandoned") end
       return false
     end

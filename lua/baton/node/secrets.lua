@@ -16,9 +16,9 @@
 -- The values never cross etcd. The conductor sends them to the worker of
 -- the run with the run itself (node/pool.lua, over the worker's channel);
 -- the worker does not know where they come from (no BATON_SECRETS_DIR in
--- its environment) and redacts them (and the node's own secrets,
--- output.node_secrets) from every line it logs or stores. A worker that
--- was given a restricted secret is not reused for another run.
+-- its environment) and redacts them (and the node's own secrets) from
+-- every line it logs or stores (worker/secrets.lua). A worker that was
+-- given a restricted secret is not reused for another run.
 local baton = require "baton"
 local bit = require "bit"
 
@@ -122,20 +122,6 @@ function M.for_run(self, job, spec)
   local values, restricted = M.resolve(spec.secrets, self.name, self.secrets_dir, job)
   if not values then return { secrets_error = restricted } end
   return { secrets = values, restricted = restricted }
-end
-
--- list (redaction strings, longest first: output.node_secrets) with the
--- values of secrets added, longest first again.
-function M.redaction_list(list, secrets)
-  local out, seen = {}, {}
-  for _, s in ipairs(list) do
-    if not seen[s] then seen[s] = true; out[#out + 1] = s end
-  end
-  for _, v in pairs(secrets or {}) do
-    if v ~= "" and not seen[v] then seen[v] = true; out[#out + 1] = v end
-  end
-  table.sort(out, function(a, b) return #a > #b end)
-  return out
 end
 
 return M

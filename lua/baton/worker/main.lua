@@ -1,18 +1,7 @@
 -- baton worker: a pooled worker process of `baton node` (not for direct
 -- use). The node starts it with a channel (baton.spawn{..., channel = true})
--- and sends one message per line:
---
---   node -> worker  {"run": {job, id, fire, fence, attempt, node,
---                    code_revision, source, deadline, marker, task, shard,
---                    record, clock, params, event, events,
---                    secrets | secrets_error}}
---   worker -> node  {"ok": bool, "error": string|null, "retire": bool,
---                    "handoff": key|null, "busy": seconds spent on the run}
---   node -> worker  {"recorded": key}   once it has written that success
---   worker -> node  {"txn": {"n": N, "run": key, "ops": [{"put": {key, value}}, ...]}}
---                   a fenced write of the run (key job/id/attempt)
---   node -> worker  {"txn_done": N, "succeeded": bool} or
---                   {"txn_done": N, "error": text, "code": code}
+-- and gives it one run at a time; the messages they exchange, and their
+-- text, are worker/protocol.lua's.
 --
 -- ctx:put_fenced of up to RELAY_MAX bytes goes through the node: its write
 -- is a member of the node's write batcher (node/batch.lua), guarded by the
@@ -42,13 +31,13 @@
 -- cache has dropped is read from etcd at that revision), compiles it in a fresh
 -- environment and calls run(ctx) with the full Lua API. What the job
 -- prints (print, io.write, io.stdout/io.stderr) becomes log lines of the
--- run, one per line, up to a budget per attempt (run_log: the node's log
--- is not the place for a run's megabytes); that, its ctx.log lines and
+-- run, one per line, up to a budget per attempt (worker/io.lua: the node's
+-- log is not the place for a run's megabytes); that, its ctx.log lines and
 -- what the programs it starts print are also the run's kept output, which
--- the worker stores in etcd while the run runs (lua/baton/node/output.lua), fenced like
+-- the worker stores in etcd while the run runs (worker/output.lua), fenced like
 -- ctx:put_fenced. SIGTERM asks the current run to stop
 -- (ctx:cancelled()). When run returns, every process it started is ended
--- (baton._sweep, by the worker's containment process, runtime/core/contain.h)
+-- (native.sweep, by the worker's containment process, runtime/core/contain.h)
 -- before its end is recorded or reported. A run that leaves coroutines
 -- behind, or changes a loaded module or the string metatable, makes the
 -- worker retire (exit after its reply), so the next run starts clean. When
@@ -57,13 +46,16 @@
 local baton = require "baton"
 local keys = require "baton.keys"
 local record = require "baton.record"
+local native = require "baton.worker.native"
+local util = require "baton.util"
 local stored = require "baton.stored"
 local sign = require "baton.sign"
-local runs = require "baton.node.runs"
+local protocol = require "baton.worker.protocol"
+local run_end = require "baton.run_end"
 local events = require "baton.events"
-local output = require "baton.node.output"
-local secrets = require "baton.node.secrets"
-local util = require "baton.cli.util"
+local output = require "baton.worker.output"
+local wio = require "baton.worker.io"
+local secrets = require "baton.worker.secrets"
 local json = baton.json
 
 local SOURCE_CACHE = 8 * 1024 * 1024 -- bytes of job sources kept, by job and revision
@@ -74,12 +66,6 @@ local RELAY_MAX = 8 * 1024
 -- this worker's memory limit (bytes; node/pool.lua), or nil
 local MEMORY = tonumber(os.getenv("BATON_RUN_MEMORY"))
 
--- Messages to the node are JSON text, which holds no NUL byte: one in an
--- error (or in anything else said there) is sent as U+FFFD (baton.json),
--- never raised, so that the node always gets its reply. (A fenced put
--- whose key or value holds one does not go through the node: ctx:put_fenced.)
-local TEXT = { nul = "replace" }
-
 local function opt(v)
   return v ~= json.null and type(v) == "table" and v or nil
 end
@@ -88,15 +74,15 @@ end
 -- (by request number).
 local relay = { ch = nil, n = 0, waiting = {} }
 
--- A fenced transaction of the current run (ops: puts), made by
--- the node (see the top of this file): {succeeded = bool} as etcd answered
--- (false: the claim is gone), or nil, an error and its code.
-local function relay_txn(run, ops)
+-- A fenced transaction of the current run (ops: puts), asked of the node
+-- (a txn message; see the top of this file): {succeeded = bool} as etcd
+-- answered (false: the claim is gone), or nil, an error and its code.
+local function txn_by_node(run, ops)
   relay.n = relay.n + 1
   local n = relay.n
   local w = { cond = baton._cond() }
   relay.waiting[n] = w
-  local ok, err = relay.ch:send(json.encode({ txn = { n = n, ops = ops, run = runs.attempt_key(run) } }, TEXT))
+  local ok, err = relay.ch:send(protocol.txn(n, protocol.attempt_key(run), ops))
   if ok then w.cond:wait() end
   relay.waiting[n] = nil
   if not ok then return nil, "ELOST: the node is gone: " .. tostring(err), "ELOST" end
@@ -105,9 +91,9 @@ local function relay_txn(run, ops)
   return nil, a.error, a.code
 end
 
--- The node's answer to a relayed transaction (or, a == nil: none will
--- come).
-local function relay_answer(a)
+-- The node's answer to a transaction it was asked for (a txn_done
+-- message), or, a == nil, none will come.
+local function txn_answered(a)
   if a == nil then
     for _, w in pairs(relay.waiting) do
       w.answer = { error = "ELOST: the node is gone", code = "ELOST" }
@@ -115,7 +101,7 @@ local function relay_answer(a)
     end
     return
   end
-  local w = relay.waiting[a.txn_done]
+  local w = relay.waiting[a.n]
   if w then
     w.answer = a
     w.cond:signal()
@@ -129,12 +115,12 @@ end
 -- success makes the events that run.events (sent by the node) says.
 local function record_success(run, started)
   local rec = opt(run.record)
-  if not rec or baton._fenced() then return false end
+  if not rec or native.fenced() then return false end
   rec = record.ended(rec, "succeeded", { finished = baton.now() + (run.clock or 0), fence = run.fence,
                                          started = started })
-  return runs.record_end(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task),
-                                                      events = opt(run.events) },
-                         run.fence, rec) ~= nil
+  return run_end.write(baton.etcd, util.prefix(), { job = run.job, id = run.id, task = opt(run.task),
+                                                    events = opt(run.events) },
+                       run.fence, rec) ~= nil
 end
 
 local sources, nsources = {}, 0
@@ -172,147 +158,9 @@ local function source(run)
   return sources[ck]
 end
 
--- The fields every log line of a run carries.
-local function run_fields(run)
-  return { job = run.job, instant = run.id or util.instant(run.fire), node = run.node,
-           attempt = run.attempt }
-end
-
--- What the node knows and no stored output may show (output.lua); a run
--- adds the values of its job's secrets (node/secrets.lua) for itself.
-local NODE_SECRETS = output.node_secrets()
-
--- v with every secret of the list redacted: strings, and the string
--- keys and values of a table of fields (a copy; the node's log filter,
--- baton._log_filter, redacts what is left: numbers, tables).
-local function scrub(v, list)
-  if type(v) == "string" then return output.redact(v, list) end
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do
-    if type(k) == "string" then
-      k = output.redact(k, list)
-      while c[k] ~= nil do k = k .. "_" end -- (two names redacted alike)
-    end
-    c[k] = type(x) == "string" and output.redact(x, list) or x
-  end
-  return c
-end
-
--- What of a run's output (print, io.write, ctx.log) the node's log shows:
--- the first RUN_LOG bytes of each attempt, each line counting its text and
--- RUN_LOG_LINE bytes (about what logfmt adds: ts, level, the run's fields).
--- The rest is in the kept output only (output.lua, up to its cap), and the
--- node's log says how much was left out. BATON_RUN_LOG_BYTES, from the
--- node's environment, changes the budget (0: none of it).
-local RUN_LOG = tonumber(os.getenv("BATON_RUN_LOG_BYTES")) or 16 * 1024
-local RUN_LOG_LINE = 100
-
--- The node's log for one attempt's output: log(level, text, fields) writes
--- a line while the budget lasts; once a line does not fit, it and every
--- later one are only counted (the node's log shows the beginning of the
--- output, without gaps), and one line says so. finish() says how much was
--- left out, if anything was.
-local function run_log(run)
-  local left, lines, bytes = RUN_LOG, 0, 0
-  local id = run.id or util.instant(run.fire)
-  local where = ("baton job logs %s %s"):format(run.job, id)
-  local self = {}
-  function self.log(level, text, fields)
-    if lines == 0 and #text + RUN_LOG_LINE <= left then
-      left = left - #text - RUN_LOG_LINE
-      return baton.log[level](text, fields)
-    end
-    if lines == 0 then
-      baton.log.info(("run output: the rest of this attempt's output is not logged here; %s has it"):format(where),
-                     run_fields(run))
-    end
-    lines, bytes = lines + 1, bytes + #text + 1
-  end
-  function self.finish()
-    if lines == 0 then return end
-    local f = run_fields(run)
-    f.omitted_lines, f.omitted_bytes = lines, bytes
-    baton.log.info(("run output: %s (%d line%s) more not logged here; %s has the last %s of it"):format(
-      util.bytes(bytes), lines, lines == 1 and "" or "s", where, util.bytes(output.CAP)), f)
-  end
-  return self
-end
-
--- ctx.log.<level>: a line of the node's log with the run's fields (through
--- nlog, the attempt's run_log), and a line of the run's kept output (buf);
--- both redacted of list.
-local function logger(fields, level, buf, list, nlog)
-  return function(msg, extra)
-    local f = {}
-    for k, v in pairs(fields) do f[k] = v end
-    for k, v in pairs(scrub(extra or {}, list)) do f[k] = v end
-    local text = output.redact(tostring(msg), list)
-    nlog.log(level, text, f)
-    if buf then buf:add { stream = "log", level = level, text = text, fields = extra } end
-  end
-end
-
--- What a run prints (print, io.write, io.stdout:write, io.stderr:write)
--- becomes log lines of the run (through nlog, the attempt's run_log), one
--- per line as soon as the line is complete, tagged with the run's fields
--- and the stream, and lines of its kept output (kept, an output.lua
--- buffer). A line longer than
--- output.LINE_MAX is cut, its secrets redacted before it is (an
--- output.cutter per stream). out.flush() writes what is left of an
--- unfinished line at the end of the run.
-local function printed(run, kept, list, nlog)
-  local fields = run_fields(run)
-  local cuts = { stdout = output.cutter(list), stderr = output.cutter(list) }
-  local function put(stream, texts)
-    for _, text in ipairs(texts) do
-      local f = { stream = stream }
-      for k, v in pairs(fields) do f[k] = v end
-      nlog.log("info", text, f)
-      if kept then kept:add { stream = stream, text = text } end
-    end
-  end
-  local function emit(stream, data)
-    put(stream, cuts[stream]:feed(data))
-  end
-  local function writer(stream)
-    return function(...)
-      for i = 1, select("#", ...) do
-        local v = select(i, ...)
-        if type(v) ~= "string" and type(v) ~= "number" then
-          error(("bad argument #%d to 'write' (string expected, got %s)"):format(i, type(v)), 2)
-        end
-        emit(stream, tostring(v))
-      end
-    end
-  end
-  -- A file object that writes to the run's log; its other methods do
-  -- nothing useful for a log and are harmless no-ops.
-  local function file(stream, real)
-    local w = writer(stream)
-    local f = {}
-    f.write = function(self, ...) w(...); return self end
-    f.flush = function(self) return self end
-    f.setvbuf = function() return true end
-    f.close = function() return nil, "cannot close the run's " .. stream end
-    return setmetatable(f, { __tostring = function() return tostring(real) end })
-  end
-  local out = { stdout = file("stdout", io.stdout), stderr = file("stderr", io.stderr) }
-  local write_out = writer("stdout")
-  out.print = function(...)
-    local parts = {}
-    for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-    emit("stdout", table.concat(parts, "\t") .. "\n")
-  end
-  out.io = setmetatable({ write = function(...) write_out(...); return out.stdout end,
-                          stdout = out.stdout, stderr = out.stderr,
-                          output = function() return out.stdout end },
-                        { __index = io })
-  function out.flush()
-    for stream, cut in pairs(cuts) do put(stream, cut:finish()) end
-  end
-  return out
-end
+-- What the node knows and no stored output may show (worker/secrets.lua);
+-- a run adds the values of its job's secrets (node/secrets.lua) for itself.
+local NODE_SECRETS = secrets.node_secrets()
 
 -- ctx.event of an event run (baton.events): the triggering run's job, id,
 -- fire, state, error, node, attempt and depth, and the tail of its output.
@@ -325,14 +173,14 @@ local function event_of(run)
 end
 
 local function context(run, state, kept, values, list, nlog)
-  local fields = run_fields(run)
+  local fields = wio.run_fields(run)
   local ctx = {
     job = run.job, fire = run.fire, attempt = run.attempt, node = run.node,
     deadline = run.deadline, fence = run.fence, task = opt(run.task), shard = opt(run.shard),
     params = opt(run.params) or {}, secrets = values,
     event = event_of(run),
-    log = { info = logger(fields, "info", kept, list, nlog), warn = logger(fields, "warn", kept, list, nlog),
-            error = logger(fields, "error", kept, list, nlog), debug = logger(fields, "debug", kept, list, nlog) },
+    log = { info = wio.logger(fields, "info", kept, list, nlog), warn = wio.logger(fields, "warn", kept, list, nlog),
+            error = wio.logger(fields, "error", kept, list, nlog), debug = wio.logger(fields, "debug", kept, list, nlog) },
   }
   function ctx:cancelled() return state.cancelled end
   -- A put that succeeds only while this run still owns its claim: the
@@ -344,7 +192,7 @@ local function context(run, state, kept, values, list, nlog)
     local r, err, code
     -- (bytes the channel's JSON cannot carry, NUL, go straight to etcd)
     if #k + #v <= RELAY_MAX and not k:find("\0", 1, true) and not v:find("\0", 1, true) then
-      r, err, code = relay_txn(run, { { put = { key = k, value = v } } })
+      r, err, code = txn_by_node(run, { { put = { key = k, value = v } } })
     else
       r, err, code = baton.etcd:txn {
         compare = { { key = run.marker, target = "create", op = "==", value = run.fence } },
@@ -444,11 +292,15 @@ local function command_run(spec, run, values, list)
     cmd.env, cmd.cwd, cmd.tail = env, spec.cwd, COMMAND_KEEP
     local r, err = baton.exec(cmd)
     if not r then return nil, err end
-    local how = baton._exit_text(r.code, r.signal, output.redact(r.stderr, list))
+    local how = native.exit_text(r.code, r.signal, output.redact(r.stderr, list))
     if how then return nil, "command " .. how end
     return true
   end
 end
+
+-- (a NUL byte in an error's JSON is written as U+FFFD, baton.json, never
+-- raised: the node always gets its reply)
+local TEXT = { nul = "replace" }
 
 -- The reason a run failed, as text: a string as it is, anything else as
 -- its JSON (error({code = 1}) is recorded as {"code":1}).
@@ -481,13 +333,13 @@ local function execute(run, state)
   local list = secrets.redaction_list(NODE_SECRETS, values)
   -- Whatever logs during the run (baton.log.* called by the job itself
   -- included) logs no secret.
-  baton._log_filter(function(text) return output.redact(text, list) end)
+  native.log_filter(function(text) return output.redact(text, list) end)
   -- The attempt's kept output, stored while it runs (output.lua).
   local kept = output.new { P = util.prefix(), job = run.job, id = run.id or util.instant(run.fire),
                             attempt = run.attempt, marker = run.marker, fence = run.fence,
                             secrets = list, capture = true }:start()
-  local nlog = run_log(run)
-  local out = printed(run, kept, list, nlog)
+  local nlog = wio.run_log(run)
+  local out = wio.printed(run, kept, list, nlog)
   if rawget(spec.globals, "print") == nil then spec.globals.print = out.print end
   if rawget(spec.globals, "io") == nil then spec.globals.io = out.io end
   local function now() return baton.now() + (run.clock or 0) end
@@ -503,13 +355,13 @@ local function execute(run, state)
   -- garbage of this one gone (node/pool.lua, limits.lua).
   if MEMORY then collectgarbage() end
   -- Every process the run started ends before its end is known.
-  local swept = baton._sweep(30)
+  local swept = native.sweep(30)
   -- What they wrote last is read first (a turn of the loop); the output is
   -- stored before the end is recorded, so a reader that sees the end (job
   -- logs -f) has all of it.
   baton.sleep(0)
   kept:finish()
-  baton._log_filter(nil)
+  native.log_filter(nil)
   -- A run that returned success succeeded, even after it was asked to
   -- stop (its node stopping gives it a grace to finish: running it again
   -- would do its work twice); one that failed once asked to stop may have
@@ -536,6 +388,79 @@ local function execute(run, state)
   return reply
 end
 
+-- The successes handed over (state.handoffs[key] = {run, started,
+-- deadline}, key = job/id/attempt) end when the node's word comes (a
+-- recorded message: settle) or, past their deadline, in the coroutine
+-- keep_handoffs starts: the worker records them itself. The worker takes
+-- other runs meanwhile; state.settled wakes one that waits to retire until
+-- none is left.
+local function settle(state, key)
+  state.handoffs[key] = nil
+  if not next(state.handoffs) then state.settled:broadcast() end
+end
+
+local function keep_handoffs(state)
+  state.handoffs, state.settled, state.armed = {}, baton._cond(), baton._cond()
+  baton.go(function()
+    while true do
+      local key, h = nil, nil
+      for k, x in pairs(state.handoffs) do
+        if not h or x.deadline < h.deadline then key, h = k, x end
+      end
+      if not h then
+        state.armed:wait()
+      elseif baton.monotime() < h.deadline then
+        baton.sleep(math.max(0, h.deadline - baton.monotime()))
+      else
+        h.deadline = math.huge -- (being recorded)
+        record_success(h.run, h.started)
+        if state.handoffs[key] == h then settle(state, key) end
+      end
+    end
+  end)
+end
+
+-- The node stopped or died: what it had not recorded of the successes
+-- handed to it is written now (its containment process gives this a moment
+-- when the node died).
+local function node_gone(state)
+  txn_answered(nil)
+  for key, h in pairs(state.handoffs) do
+    if h.deadline ~= math.huge then record_success(h.run, h.started) end
+    state.handoffs[key] = nil
+  end
+end
+
+-- Runs run in a coroutine of its own, replies to the node on ch, hands a
+-- success over, and retires the worker when the run left something behind.
+local function start(ch, run, state)
+  state.busy, state.cancelled = true, false
+  state.shared = state.shared and shared_extend(state.shared) or shared_state()
+  local before, shared = native.coroutines(), state.shared
+  baton.go(function()
+    local t0 = baton.monotime()
+    local reply, started = execute(run, state)
+    -- Of the run, only this coroutine may be left, and what all runs
+    -- share must be as it was: a job that patched a module or the
+    -- string metatable would otherwise change the next job's world.
+    reply.retire = reply.retire or native.coroutines() > before + 1
+      or native.children() > 0 or not shared_unchanged(shared)
+    reply.busy = baton.monotime() - t0
+    if reply.handoff then
+      reply.handoff = protocol.attempt_key(run)
+      state.handoffs[reply.handoff] = { run = run, started = started,
+                                        deadline = baton.monotime() + HANDOFF }
+      state.armed:signal()
+    end
+    state.busy = false
+    ch:send(protocol.reply(reply))
+    if reply.retire then
+      if next(state.handoffs) then state.settled:wait() end
+      baton.exit(0)
+    end
+  end)
+end
+
 return function()
   local ch = baton.channel()
   if not ch then
@@ -559,79 +484,22 @@ return function()
       state.cancelled = true
     end
   end)
-  -- The successes handed over (state.handoffs[key] = {run, started,
-  -- deadline}, key = job/id/attempt) end when the node's word comes (the
-  -- loop below) or, past their deadline, here: the worker records them
-  -- itself. The worker takes other runs meanwhile; settled wakes one that
-  -- waits to retire until none is left.
-  state.handoffs = {}
-  local settled, armed = baton._cond(), baton._cond()
-  local function settle(key)
-    state.handoffs[key] = nil
-    if not next(state.handoffs) then settled:broadcast() end
-  end
-  baton.go(function()
-    while true do
-      local key, h = nil, nil
-      for k, x in pairs(state.handoffs) do
-        if not h or x.deadline < h.deadline then key, h = k, x end
-      end
-      if not h then
-        armed:wait()
-      elseif baton.monotime() < h.deadline then
-        baton.sleep(math.max(0, h.deadline - baton.monotime()))
-      else
-        h.deadline = math.huge -- (being recorded)
-        record_success(h.run, h.started)
-        if state.handoffs[key] == h then settle(key) end
-      end
-    end
-  end)
+  keep_handoffs(state)
   while true do
     local line = ch:recv()
     if not line then
-      relay_answer(nil)
-      -- The node stopped or died. What it had not recorded of the
-      -- successes handed to it is written now (its containment process
-      -- gives this a moment when the node died), then the worker exits.
-      for key, h in pairs(state.handoffs) do
-        if h.deadline ~= math.huge then record_success(h.run, h.started) end
-        state.handoffs[key] = nil
-      end
+      node_gone(state)
       return baton.exit(0)
     end
-    local okd, msg = pcall(json.decode, line)
-    local run = okd and type(msg) == "table" and opt(msg.run)
-    if okd and type(msg) == "table" and type(msg.recorded) == "string" and state.handoffs[msg.recorded] then
-      settle(msg.recorded)
-    end
-    if okd and type(msg) == "table" and msg.txn_done ~= nil then relay_answer(msg) end
-    if run and not state.busy then
-      state.busy, state.cancelled = true, false
-      state.shared = state.shared and shared_extend(state.shared) or shared_state()
-      local before, shared = baton._coroutines(), state.shared
-      baton.go(function()
-        local t0 = baton.monotime()
-        local reply, started = execute(run, state)
-        -- Of the run, only this coroutine may be left, and what all runs
-        -- share must be as it was: a job that patched a module or the
-        -- string metatable would otherwise change the next job's world.
-        reply.retire = reply.retire or baton._coroutines() > before + 1
-          or baton._children() > 0 or not shared_unchanged(shared)
-        reply.busy = baton.monotime() - t0
-        if reply.handoff then
-          reply.handoff = runs.attempt_key(run)
-          state.handoffs[reply.handoff] = { run = run, started = started,
-                                            deadline = baton.monotime() + HANDOFF }
-          armed:signal()
-        end
-        state.busy = false
-        ch:send(json.encode(reply, TEXT))
-        if reply.retire then
-          if next(state.handoffs) then settled:wait() end
-          baton.exit(0)
-        end
-      end)
+    local msg, merr = protocol.decode_for_worker(line)
+    if not msg then
+      baton.log.error("worker: a message from the node is ignored", { error = merr })
+    elseif msg.kind == "recorded" then
+      if state.handoffs[msg.key] then settle(state, msg.key) end
+    elseif msg.kind == "txn_done" then
+      txn_answered(msg)
+    elseif msg.kind == "run" and not state.busy then
+      start(ch, msg.run, state)
     end
   end
 end

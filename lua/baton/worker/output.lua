@@ -1,24 +1,9 @@
--- The kept output of a run (docs/architecture.md, "A run's output"): what
--- each attempt says — ctx.log lines, print / io.write, and the stdout and
--- stderr of the programs it starts with baton.exec / baton.spawn — stored in
--- etcd next to its record, capped, while it runs. The worker writes it (it
--- has the lines, its own etcd client and the attempt's fence); `baton job
--- logs` reads it.
---
--- Keys, under the prefix P, for attempt <n> of run <id> of job <job>:
---
---   output/<job>/<id>/@<n>/<chunk>   JSON {"lines": [line, ...], "cap": bytes}
---
--- (and the cap it was written under). <chunk> is a number of 8 digits, one
--- per flush, in order. A line is
--- {n, t, stream, text [, level, fields] [, cmd]}: n counts the attempt's
--- lines from 1 (a gap in n is lines dropped by the cap), t is epoch seconds,
--- stream is "stdout" or "stderr" (print, io.write, io.stderr:write; with
--- cmd, the program's), or "log" (ctx.log, with level and fields). A run id
--- is an instant, an instant with milliseconds, <instant>/<shard> or a queue
--- task id (no "/"): no component of one starts with "@", so the output of
--- run <id> is exactly the keys under output/<job>/<id>/@, and a shard's
--- (output/<job>/<id>/<shard>/@...) is never among them.
+-- A run's kept output, written by the worker that runs it (it has the
+-- lines, its own etcd client and the attempt's fence): what each attempt
+-- says — ctx.log lines, print / io.write, and the stdout and stderr of the
+-- programs it starts with baton.exec / baton.spawn — redacted of its
+-- secrets, cut into lines, and stored in etcd while it runs, capped. How
+-- it is stored, and read back, is lua/baton/output.lua's.
 --
 -- Every write is a transaction that compares the attempt's fence (the
 -- create revision of its lease-bound running/ marker), like ctx:put_fenced,
@@ -35,13 +20,15 @@
 -- prints nothing costs no write at all.
 local baton = require "baton"
 local keys = require "baton.keys"
+local native = require "baton.worker.native"
+local stored_output = require "baton.output"
 local json = baton.json
 
 local format, floor, concat, find = string.format, math.floor, table.concat, string.find
 
 local M = {}
 
-M.CAP = 64 * 1024 -- bytes of text kept per attempt
+M.CAP = stored_output.CAP -- bytes of text kept per attempt
 M.INTERVAL = 0.5 -- seconds between flushes, at least
 M.RATE = 64 * 1024 -- bytes per second written, at most (per attempt)
 M.FINAL_WAIT = 3 -- seconds the last flush may take, etcd failing
@@ -49,38 +36,8 @@ M.LINE_MAX = 4096 -- longer lines are cut into lines of this many bytes
 M.LINE_COST = 48 -- bytes a line counts for besides its text (its JSON fields)
 
 
--- The attempt a key under keys.output(P, job, id) belongs to, and its chunk number.
-function M.parse_key(P, job, id, key)
-  local rest = keys.under(keys.output(P, job, id), key) or ""
-  local a, c = rest:match("^(%d+)/(%d+)$")
-  return tonumber(a), tonumber(c)
-end
-
 ---------------------------------------------------------------------------
--- secrets
-
--- What the node knows that must never be stored: the etcd password
--- (--password, BATON_PASSWORD) and the HTTP token (the first line of the
--- file BATON_HTTP_TOKEN_FILE names, trimmed, as node/http.lua reads it:
--- `baton node --http-token-file F` sets that variable for its workers).
-function M.node_secrets()
-  local list, seen = {}, {}
-  local function add(s)
-    if type(s) ~= "string" then return end
-    s = s:gsub("^%s+", ""):gsub("%s+$", "")
-    if s ~= "" and not seen[s] then seen[s] = true; list[#list + 1] = s end
-  end
-  add(baton.config and baton.config.password)
-  add(os.getenv("BATON_PASSWORD"))
-  local tf = os.getenv("BATON_HTTP_TOKEN_FILE")
-  if tf and tf ~= "" then
-    local f = io.open(tf, "rb")
-    if f then add((f:read("*a") or ""):match("^[^\r\n]*")); f:close() end
-  end
-  -- The longest first: a secret that contains another is redacted whole.
-  table.sort(list, function(a, b) return #a > #b end)
-  return list
-end
+-- redaction
 
 M.REDACTED = "***"
 
@@ -258,7 +215,7 @@ function M.new(o)
     sbytes = 0, nchunk = 0, writes = 0,
   }, B)
   self.prefix = keys.output(o.P, o.job, o.id, o.attempt)
-  if o.capture then self.sink = baton._output_capture(self.cap) end
+  if o.capture then self.sink = native.output_capture(self.cap) end
   return self
 end
 
@@ -411,9 +368,9 @@ function B:flush()
   self:drain()
   if self.dead then return false end
   if self.qt < self.qh then return true end
-  -- (baton._fenced is the worker's; a process without it, such as a test
-  -- of this module, has no fence board to read.)
-  if baton._fenced and baton._fenced() then
+  -- (the fence board is the worker's binding; a process without it, such
+  -- as a test of this module, has none to read.)
+  if native.fenced and native.fenced() then
     self.dead = "the node's lease may be gone"
     return false
   end
@@ -538,71 +495,6 @@ function B:finish()
   end
   if self.sink then self.sink:close(); self.sink = nil end
   return ok == true
-end
-
----------------------------------------------------------------------------
--- reading (baton job logs)
-
--- The output of one attempt as stored: its lines in order, with
--- {dropped = k, cap = bytes} entries where k lines are missing (dropped by
--- the cap), the number of the last line, and the cap. kvs are the chunk
--- kvs of the attempt (any order).
-function M.lines(kvs)
-  local chunks, cap = {}, nil
-  for _, kv in ipairs(kvs) do
-    local ok, v = pcall(json.decode, kv.value)
-    if ok and type(v) == "table" and type(v.lines) == "table" then
-      chunks[#chunks + 1] = { key = kv.key, lines = v.lines }
-      cap = tonumber(v.cap) or cap
-    end
-  end
-  table.sort(chunks, function(a, b) return a.key < b.key end)
-  local out, n = {}, 0
-  for _, c in ipairs(chunks) do
-    for _, l in ipairs(c.lines) do
-      if type(l) == "table" and type(l.n) == "number" and l.n > n then
-        if l.n > n + 1 then out[#out + 1] = { dropped = l.n - n - 1, cap = cap } end
-        out[#out + 1] = l
-        n = l.n
-      end
-    end
-  end
-  return out, n, cap
-end
-
--- One line for a reader (a terminal): time, source, text, its control
--- characters escaped.
---   2026-12-01T10:00:00.123Z stdout  hello
---   2026-12-01T10:00:00.200Z info    report made day=2026-11-29
---   2026-12-01T10:00:00.300Z sh:err  oops
-function M.format(l)
-  if l.dropped then
-    local cap = tonumber(l.cap) or M.CAP
-    return format("... %d line%s dropped (the output of an attempt is capped at %s) ...",
-                  l.dropped, l.dropped == 1 and "" or "s",
-                  cap % 1024 == 0 and format("%d KiB", cap / 1024) or format("%d bytes", cap))
-  end
-  local t = tonumber(l.t) or 0
-  local ts = os.date("!%Y-%m-%dT%H:%M:%S", floor(t)) .. format(".%03dZ", floor((t % 1) * 1000 + 0.5) % 1000)
-  local src, text = l.stream, tostring(l.text)
-  if l.stream == "log" then
-    src = tostring(l.level or "info")
-    if type(l.fields) == "table" then
-      local names = {}
-      for k in pairs(l.fields) do names[#names + 1] = k end
-      table.sort(names)
-      for _, k in ipairs(names) do
-        local v = l.fields[k]
-        v = type(v) == "table" and json.encode(v) or tostring(v)
-        if v:find("[%s\"=]") or v == "" then v = format("%q", v):gsub("\\\n", "\\n") end
-        text = text .. " " .. k .. "=" .. v
-      end
-    end
-  elseif l.cmd and l.cmd ~= json.null then
-    src = tostring(l.cmd) .. (l.stream == "stderr" and ":err" or ":out")
-  end
-  -- (for a terminal: control characters escaped, baton.cli.util.escape)
-  return require("baton.cli.util").escape(format("%s %-7s %s", ts, src, text))
 end
 
 return M
