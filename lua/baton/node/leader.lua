@@ -18,6 +18,7 @@ local run_end = require "baton.run_end"
 local keys = require "baton.keys"
 local record = require "baton.record"
 local events = require "baton.events"
+local unrun = require "baton.node.missed"
 local util = require "baton.util"
 local json = baton.json
 
@@ -383,7 +384,7 @@ function M.misfires(self)
     if j and self.marks[name] then mf_queue(self, name, j) end
   end
   -- Events no node claimed: the same misfire rules (baton.events).
-  events.misfires(self, horizon, now)
+  unrun.misfires(self, horizon, now)
 end
 
 -- What to do with the missed instants (or shards: {fire =, shard =}) of

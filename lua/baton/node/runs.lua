@@ -39,6 +39,7 @@
 -- a session it has declared lost (M.session).
 local baton = require "baton"
 local events = require "baton.events"
+local missed = require "baton.node.missed"
 local keys = require "baton.keys"
 local record = require "baton.record"
 local run_end = require "baton.run_end"
@@ -761,7 +762,7 @@ function M.take_pending(self, job, j, id, pmod)
     local req, unfit = M.read_request(pkv.value, "pending entry")
     if type(req.fire) ~= "number" then return false end
     if type(req.event) == "table" and j.paused then
-      events.skip(self, job, j, id, pmod, req, "paused: the event came while the job was paused")
+      missed.skip(self, job, j, id, pmod, req, "paused: the event came while the job was paused")
       return false
     end
     local run = { job = job, id = id, fire = req.fire, spec = j.spec, shard = M.shard_of(j.spec, id),
