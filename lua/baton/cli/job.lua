@@ -200,6 +200,42 @@ function sub.ls(pos, opts)
   baton.exit(0)
 end
 
+-- The lines of job show that say what spec (the job's spec, from
+-- ops.show_job's d) does, appended to f.
+local function spec_fields(f, d, spec)
+  if spec.description then f[#f + 1] = { "description", spec.description } end
+  if spec.on then f[#f + 1] = { "on", events.describe(spec.on) } end
+  if spec.queue then
+    f[#f + 1] = { "queue", spec.queue .. " (" .. keys.key(U.prefix(), "queue", spec.queue) .. "/)" }
+  elseif not spec.schedule then
+    f[#f + 1] = { "schedule", "- (runs on events, and when triggered)" }
+  else
+    f[#f + 1] = { "schedule", format("%s (%s)", spec.schedule, spec.timezone) }
+    f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next[1] or "- (only when triggered)") }
+  end
+  f[#f + 1] = { "timeout", spec.timeout .. "s" }
+  f[#f + 1] = { "concurrency", spec.concurrency }
+  f[#f + 1] = { "misfire", spec.misfire .. (spec.starting_deadline
+    and format(" (starting deadline %ss)", spec.starting_deadline) or " (no starting deadline)") }
+  local r = spec.retry
+  f[#f + 1] = { "retry", r.attempts == 0 and "none" or format("%d more attempts, backoff %ss up to %ss, jitter %s",
+    r.attempts, r.backoff, r.max_backoff, r.jitter) }
+  f[#f + 1] = { "shards", tostring(spec.shards) }
+  f[#f + 1] = { "policy", spec.policy }
+  f[#f + 1] = { "on_node_loss", spec.on_node_loss }
+  local l = {}
+  for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
+  f[#f + 1] = { "labels", #l > 0 and concat(l, ",") or "(any node)" }
+  if next(spec.params) then
+    local p = {}
+    for _, k in ipairs(U.sorted_keys(spec.params)) do p[#p + 1] = format("%s=%q", k, spec.params[k]) end
+    f[#f + 1] = { "params", concat(p, " ") .. " (defaults; baton job run --param k=v)" }
+  end
+  if spec.secrets and #spec.secrets > 0 then
+    f[#f + 1] = { "secrets", concat(spec.secrets, ", ") .. " (from each node's --secrets-dir or environment)" }
+  end
+end
+
 function sub.show(pos, opts)
   local name = one_name("show", pos)
   local d, err = ops.show_job(name)
@@ -218,39 +254,7 @@ function sub.show(pos, opts)
     f[#f + 1] = { "running", format("revision %d, the last good version (what follows is its spec)",
       d.running_revision) }
   end
-  if spec then
-    if spec.description then f[#f + 1] = { "description", spec.description } end
-    if spec.on then f[#f + 1] = { "on", events.describe(spec.on) } end
-    if spec.queue then
-      f[#f + 1] = { "queue", spec.queue .. " (" .. keys.key(U.prefix(), "queue", spec.queue) .. "/)" }
-    elseif not spec.schedule then
-      f[#f + 1] = { "schedule", "- (runs on events, and when triggered)" }
-    else
-      f[#f + 1] = { "schedule", format("%s (%s)", spec.schedule, spec.timezone) }
-      f[#f + 1] = { "next", d.paused and "- (paused)" or (d.next[1] or "- (only when triggered)") }
-    end
-    f[#f + 1] = { "timeout", spec.timeout .. "s" }
-    f[#f + 1] = { "concurrency", spec.concurrency }
-    f[#f + 1] = { "misfire", spec.misfire .. (spec.starting_deadline
-      and format(" (starting deadline %ss)", spec.starting_deadline) or " (no starting deadline)") }
-    local r = spec.retry
-    f[#f + 1] = { "retry", r.attempts == 0 and "none" or format("%d more attempts, backoff %ss up to %ss, jitter %s",
-      r.attempts, r.backoff, r.max_backoff, r.jitter) }
-    f[#f + 1] = { "shards", tostring(spec.shards) }
-    f[#f + 1] = { "policy", spec.policy }
-    f[#f + 1] = { "on_node_loss", spec.on_node_loss }
-    local l = {}
-    for _, k in ipairs(U.sorted_keys(spec.labels)) do l[#l + 1] = k .. "=" .. spec.labels[k] end
-    f[#f + 1] = { "labels", #l > 0 and concat(l, ",") or "(any node)" }
-    if next(spec.params) then
-      local p = {}
-      for _, k in ipairs(U.sorted_keys(spec.params)) do p[#p + 1] = format("%s=%q", k, spec.params[k]) end
-      f[#f + 1] = { "params", concat(p, " ") .. " (defaults; baton job run --param k=v)" }
-    end
-    if spec.secrets and #spec.secrets > 0 then
-      f[#f + 1] = { "secrets", concat(spec.secrets, ", ") .. " (from each node's --secrets-dir or environment)" }
-    end
-  end
+  if spec then spec_fields(f, d, spec) end
   f[#f + 1] = { "paused", d.paused and "yes" or "no" }
   f[#f + 1] = { "signed", d.signed_by and ("by key " .. d.signed_by) or "no" }
   if d.error then f[#f + 1] = { "error", d.error } end
