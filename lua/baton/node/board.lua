@@ -157,9 +157,9 @@ local function watch_loop(self)
   end
 end
 
-function B:start()
-  self.node.forever(post_loop, self)
-  self.node.forever(watch_loop, self)
-end
+-- The board's tasks, given the node (node/init.lua starts them): posting
+-- this node's claims, and learning the others'.
+function M.post(node) return post_loop(node.board) end
+function M.watch(node) return watch_loop(node.board) end
 
 return M

@@ -17,6 +17,8 @@ local runs = require "baton.node.runs"
 local keys = require "baton.keys"
 local events = require "baton.events"
 local util = require "baton.cli.util"
+local decide = require "baton.node.decide"
+local gc = require "baton.node.gc"
 local json = baton.json
 
 local format = string.format
@@ -72,7 +74,7 @@ local function check_inflight(self, job, id)
     decision = "killed"
     rec.state, rec.error, rec.killed_by = "killed", c.reason .. "; " .. why, c.by
   else
-    decision = self.decide(job, j.spec, "on_orphan", { instant = id }, self.job_view(job, j.spec), rec)
+    decision = decide.decide(self, job, j.spec, "on_orphan", { instant = id }, decide.job_view(job, j.spec), rec)
     rec.error = why
   end
   fields.decision = decision
@@ -568,7 +570,7 @@ function M.run(self)
   -- (a term's first check reads every job's newest records: 64 jobs a
   -- request, a burst of garbage; from then on a check costs only the jobs
   -- that came due)
-  self.gc_burst(M.misfires, self)
+  gc.burst(self, M.misfires, self)
   local left = 0
   for _ in pairs(self.mf_todo or {}) do left = left + 1 end
   log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
@@ -582,7 +584,7 @@ function M.run(self)
   -- ended). A watch that ends, compacted or failed, is made again; the
   -- periodic scan below covers the gap.
   local ended = false
-  self.forever(function()
+  self.forever("leader.rescan", function()
     while leading() do
       baton.sleep(0.2)
       if ended then
@@ -591,7 +593,7 @@ function M.run(self)
       end
     end
   end)
-  self.forever(function()
+  self.forever("leader.running_watch", function()
     while leading() do
       local w = e:watch(keys.dir(P, "running"), { prefix = true, no_put = true })
       if not w then

@@ -40,6 +40,7 @@
 local baton = require "baton"
 local events = require "baton.events"
 local keys = require "baton.keys"
+local decide = require "baton.node.decide"
 local json = baton.json
 
 local format = string.format
@@ -421,8 +422,8 @@ end
 -- the job's policy decides (the default: the job's retry table, exponential
 -- backoff with jitter).
 function M.retry_delay(self, run, rec, err)
-  return self.decide(run.job, run.spec, "retry_delay", { instant = run.id, attempt = rec.attempt },
-                     self.job_view(run.job, run.spec), rec, err)
+  return decide.decide(self, run.job, run.spec, "retry_delay", { instant = run.id, attempt = rec.attempt },
+                       decide.job_view(run.job, run.spec), rec, err)
 end
 
 -- The operations that end a run for good: the record (already in ops[1]),
@@ -648,8 +649,8 @@ end
 local function next_step(self, run, rec, state, why, unfit)
   if state == "interrupted" then
     -- Stopped by its node: re-run elsewhere, or not, as for a lost node.
-    local decision = self.decide(run.job, run.spec, "on_orphan", { instant = run.id },
-                                 self.job_view(run.job, run.spec), rec)
+    local decision = decide.decide(self, run.job, run.spec, "on_orphan", { instant = run.id },
+                                   decide.job_view(run.job, run.spec), rec)
     if decision == "abandon" then return nil, "abandoned" end
     return 0, nil
   end
