@@ -42,7 +42,7 @@ function M.decide(self, name, spec, fname, fields, ...)
   local res, why = policymod.decide(M.policy_for(self, spec), fname, ...)
   if why then
     local key = name .. "\0" .. fname .. "\0" .. why
-    local now, warned = baton.monotime(), self.policy_warned
+    local now, warned = baton.monotime(), self.decisions.warned
     if not warned[key] or now - warned[key] >= M.POLICY_WARN_EVERY then
       if not warned[key] and next(warned) and #why < 2000 then
         for k, t in pairs(warned) do if now - t >= M.POLICY_WARN_EVERY then warned[k] = nil end end
@@ -61,20 +61,25 @@ end
 -- sorted by name, what policies get: built once per change of
 -- self.nodes (set_node), not for every instant.
 function M.live_nodes(self)
-  local list = self.live_list
+  local list = self.decisions.live_list
   if list then return list end
   list = {}
   for _, n in pairs(self.nodes) do list[#list + 1] = n end
   table.sort(list, function(a, b) return a.name < b.name end)
   -- (never changed once made: a stored policy's sandbox keeps it, stored.lua)
-  self.live_list = stored.shareable(list)
+  self.decisions.live_list = stored.shareable(list)
   return list
+end
+
+-- Forgets every registration (a listing notes them again).
+function M.forget_nodes(self)
+  self.nodes, self.decisions.live_list = {}, nil
 end
 
 -- Notes node name's registration n (nil: it left), which is never changed.
 function M.set_node(self, name, n)
   self.nodes[name] = stored.shareable(n)
-  self.live_list = nil
+  self.decisions.live_list = nil
 end
 
 ---------------------------------------------------------------------------

@@ -296,7 +296,7 @@ local function mf_queue(self, name, j)
   mf_push(self.mfq, due, name, rev)
 end
 
--- A job version was loaded (node.lua, on the leader): the next misfire
+-- A job version was loaded (node/store.lua, on the leader): the next misfire
 -- check queues it (and seeds its mark first if it has none).
 function M.job_changed(self, name)
   if self.leader and self.mf_todo then self.mf_todo[name] = true end
@@ -425,7 +425,7 @@ function M.settle_misfires(self, name, j, missed, now)
                      { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
       -- Any eligible node runs it, as the job's policy orders them: a
-      -- pending entry for its first attempt (node.lua, runs.take_pending).
+      -- pending entry for its first attempt (node/triggers.lua, runs.take_pending).
       local r = e:txn { compare = absent, success = { { put = { key = pk, value = json.encode {
         at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
       if r and r.succeeded then ran = ran + 1 end
@@ -452,7 +452,7 @@ end
 -- of 100,000 jobs would cost 100,000 requests a minute. A round counts the
 -- records (count_only, PRUNE_TXN jobs per transaction) of the jobs that may
 -- have new ones (self.prune_dirty: jobs with scheduled instants since the
--- last round, from the misfire check; jobs run by hand, from node.lua's
+-- last round, from the misfire check; jobs run by hand, from node/store.lua's
 -- trigger events; every queue and event job), plus a slice of all jobs in
 -- turn, so that every job is counted at least once every PRUNE_SWEEP
 -- rounds whatever made its records; only the jobs over `history` are

@@ -17,7 +17,7 @@
 --   reg:forget("job_name", "backup")       drops every series of that job
 --   reg:render()                           --> the text
 --
--- The node (lua/baton/node.lua) keeps one registry at self.metrics, made by
+-- The node (lua/baton/node/init.lua) keeps one registry at self.metrics, made by
 -- M.for_node(): the families below plus one method per fact the conductor
 -- learns (a run ended, an instant was skipped, a claim was lost, ...), so
 -- each instrumented place is one line. M.render(self) refreshes the gauges
@@ -573,7 +573,7 @@ local function notify_gauge(self, m)
   end
 end
 
--- Refreshes the gauges from the node's state (self: the node of node.lua)
+-- Refreshes the gauges from the node's state (self: the node, node/state.lua)
 -- and returns the exposition text.
 function M.render(self)
   local m = self.metrics

@@ -663,7 +663,7 @@ end
 -- Runs attempt rec of run (the claim is done) in a worker and records its
 -- end. A failed attempt with a retry left, or one its stopping node had to
 -- interrupt, leaves a pending/ entry for its next attempt, which any
--- eligible node claims (node.lua). The caller holds one of the node's
+-- eligible node claims (node/triggers.lua). The caller holds one of the node's
 -- worker slots (--workers) for the run: release() gives it back, as soon
 -- as the attempt is over, before its end is written. Whatever raises in
 -- the attempt fails it, with the error as the reason (the worker, the
@@ -775,7 +775,7 @@ end
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
 -- ran it. opts.turn, for a run that every eligible node goes for in turn
--- (a scheduled instant or shard: node.lua, instant_due; a queue task:
+-- (a scheduled instant or shard: node/triggers.lua, instant_due; a queue task:
 -- node/queue.lua): "first", or "later" when another node's turn came
 -- first, and mostly it has the run. Then the claims board (node/board.lua)
 -- or, when it does not say, a small read (taken) says so before a claim is

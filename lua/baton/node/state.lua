@@ -5,7 +5,8 @@
 -- table state.new builds and the fields the node's modules name.
 --
 -- Fields that hold nothing yet are declared all the same (nil until their
--- owner sets them).
+-- owner sets them). A module's private state is a sub-table of its own
+-- (self.store, self.triggers, self.decisions), its fields listed here.
 local baton = require "baton"
 
 local M = {}
@@ -48,22 +49,24 @@ M.FIELDS = {
   { "bad", "node/store", "{[name] = revision}: rejected job versions" },
   { "paused", "node/store", "{[name] = true}: paused jobs" },
   { "policies", "node/store", "{[name] = {mod, revision}}: the loaded stored policies" },
-  { "bad_policies", "node/store", "{[name] = revision}: rejected policy versions" },
-  { "want", "node/store", "{[name] = revision}: the job version being described" },
-  { "want_policy", "node/store", "{[name] = revision}: the policy version being loaded" },
   { "store_version", "node/store", "counts changes of what GET /api/v1/jobs lists" },
-  { "listing", "node/store", "counts of the listing under way, or nil" },
-  { "status_batch", "node/store", "status writes gathered during a listing, or nil" },
-  { "status_inflight", "node/store", "status transactions in flight" },
   { "listed", "node/store", "true once the store was listed" },
-  { "watchers", "node/store", "the store's watches" },
+  -- the store's own: want, want_policy ({[name] = revision} being loaded),
+  -- bad_policies ({[name] = rejected revision}), listing (the counts of the
+  -- listing under way, or nil), status_batch (status writes gathered during
+  -- a listing, or nil), status_inflight (status transactions in flight),
+  -- watchers (its watches)
+  { "store", "node/store", "the store's own state (above)" },
   -- policy decisions (node/decide.lua)
   { "nodes", "node/decide", "{[name] = registration}: the registered nodes" },
-  { "live_list", "node/decide", "self.nodes sorted by name, as policies get it; nil: rebuild" },
-  { "policy_warned", "node/decide", "{[job, function, error] = when}: policy failures logged" },
-  -- claims (node/triggers.lua, node/timetable.lua)
-  { "turns", "node/triggers", "heap of this node's later turns at instants" },
-  { "pending_seen", "node/triggers", "{[key] = mod revision}: pending runs being taken" },
+  -- decide's own: live_list (self.nodes sorted by name, as policies get it;
+  -- nil: to build again), warned ({[job, function, error] = when}: policy
+  -- failures logged)
+  { "decisions", "node/decide", "the policy gateway's own state (above)" },
+  -- claims (node/triggers.lua, node/timetable.lua); the triggers' own:
+  -- turns (heap of this node's later turns at instants), pending_seen
+  -- ({[key] = mod revision}: pending runs being taken)
+  { "triggers", "node/triggers", "the triggers' own state (above)" },
   { "timetable", "node/timetable", "heap of every job's next instant" },
   -- runs (node/runs.lua)
   { "nrunning", "node/runs", "runs executing on this node" },
@@ -109,8 +112,10 @@ function M.new(opts)
     name = opts.name, ttl = opts.ttl or 10, labels = opts.labels or {},
     P = opts.prefix, e = opts.etcd, started = baton.now(),
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
-    timetable = {}, turns = {}, policies = {}, bad_policies = {}, pending_seen = {}, store_version = 0,
-    want = {}, want_policy = {}, policy_warned = {},
+    timetable = {}, policies = {}, store_version = 0,
+    store = { want = {}, want_policy = {}, bad_policies = {}, status_inflight = 0 },
+    triggers = { turns = {}, pending_seen = {} },
+    decisions = { warned = {} },
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers,
     pid = opts.pid, metrics = opts.metrics,
   }

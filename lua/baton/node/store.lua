@@ -43,34 +43,34 @@ M.LIST_PAGE = 1000
 -- page is read and compiled while etcd applies the previous one's.
 M.STATUS_TXN, M.STATUS_INFLIGHT = 128, 8
 
--- Sends the gathered status operations (self.status_batch) in
+-- Sends the gathered status operations (self.store.status_batch) in
 -- transactions of STATUS_TXN, at most STATUS_INFLIGHT at once; with wait,
 -- returns once all of them are answered. (A status write that fails is
 -- not retried here, as a single one is not: the status is advisory, and
 -- the next listing or reload writes it again.)
 local function flush_status(self, wait)
-  local writes = self.status_batch or {}
-  if self.status_batch then self.status_batch = {} end
+  local writes = self.store.status_batch or {}
+  if self.store.status_batch then self.store.status_batch = {} end
   for i = 1, #writes, M.STATUS_TXN do
     local ops = {}
     for k = i, math.min(i + M.STATUS_TXN - 1, #writes) do ops[#ops + 1] = writes[k] end
-    while self.status_inflight >= M.STATUS_INFLIGHT do baton.sleep(0.002) end
-    self.status_inflight = self.status_inflight + 1
+    while self.store.status_inflight >= M.STATUS_INFLIGHT do baton.sleep(0.002) end
+    self.store.status_inflight = self.store.status_inflight + 1
     self.go(function()
       self.e:txn { success = ops }
-      self.status_inflight = self.status_inflight - 1
+      self.store.status_inflight = self.store.status_inflight - 1
     end)
   end
   if wait then
-    while self.status_inflight > 0 do baton.sleep(0.002) end
+    while self.store.status_inflight > 0 do baton.sleep(0.002) end
   end
 end
 
 -- One write of P status/<job>/<this node> (op: a put or a delete): during
--- a listing it is gathered (self.status_batch) and sent with the page.
+-- a listing it is gathered (self.store.status_batch) and sent with the page.
 local function status_op(self, op)
-  if self.status_batch then
-    local b = self.status_batch
+  if self.store.status_batch then
+    local b = self.store.status_batch
     b[#b + 1] = op
   elseif op.put then
     self.e:put(op.put.key, op.put.value)
@@ -90,14 +90,14 @@ end
 
 -- What describing version kv of job name gave (stored.job: the spec, or
 -- the error: invalid, untrusted), applied. During a listing
--- (self.listing: counts for its summary line), a job loaded for the first
+-- (self.store.listing: counts for its summary line), a job loaded for the first
 -- time is counted instead of logged one line each; reloads and rejections
 -- are logged one by one as always.
 local function finish_job(self, name, kv, spec, err)
   local rev, source = kv.mod_revision, kv.value
   local cur = self.jobs[name]
   self.store_version = self.store_version + 1 -- (what GET /api/v1/jobs lists changed)
-  local listing = self.listing
+  local listing = self.store.listing
   if not spec then
     if self.bad[name] ~= rev then
       self.bad[name] = rev
@@ -146,18 +146,18 @@ local function wants(self, name, kv)
   if (cur and cur.spec.revision == rev) or self.bad[name] == rev or kv.value == sign.PLACEHOLDER then
     return false
   end
-  self.want[name] = rev
+  self.store.want[name] = rev
   return true
 end
 
 -- Loads version kv of job name unless it is loaded already: described in
 -- the sandbox (stored.job verifies it first on a --trust node), which the
 -- watch's coroutine waits for. A later put or a delete of the job while it
--- waits wins (self.want).
+-- waits wins (self.store.want).
 local function apply_job(self, name, kv)
   if not wants(self, name, kv) then return end
   local spec, err = stored.job(name, kv)
-  if self.want[name] ~= kv.mod_revision then return end
+  if self.store.want[name] ~= kv.mod_revision then return end
   finish_job(self, name, kv, spec, err)
 end
 
@@ -172,22 +172,22 @@ end
 local function apply_policy(self, name, kv)
   local rev, source = kv.mod_revision, kv.value
   local cur = self.policies[name]
-  if (cur and cur.revision == rev) or self.bad_policies[name] == rev or source == sign.PLACEHOLDER then
+  if (cur and cur.revision == rev) or self.store.bad_policies[name] == rev or source == sign.PLACEHOLDER then
     return
   end
-  self.want_policy[name] = rev
+  self.store.want_policy[name] = rev
   local mod, err = stored.policy(name, kv, { role = "decide" })
-  if self.want_policy[name] ~= rev then return end
+  if self.store.want_policy[name] ~= rev then return end
   if not mod then
-    if self.bad_policies[name] ~= rev then
-      self.bad_policies[name] = rev
+    if self.store.bad_policies[name] ~= rev then
+      self.store.bad_policies[name] = rev
       log("error", "policy rejected; keeping the last good version", { policy = name,
         revision = rev, error = err, running = cur and cur.revision or json.null })
       put_policy_status(self, name, rev, err)
     end
     return
   end
-  self.bad_policies[name] = nil
+  self.store.bad_policies[name] = nil
   if cur then stored.release(cur.mod) end
   self.policies[name] = { mod = mod, revision = rev }
   log("info", cur and "policy reloaded" or "policy loaded", { policy = name, revision = rev,
@@ -201,17 +201,17 @@ local function remove_policy(self, name)
     stored.release(self.policies[name].mod)
   end
   self.policies[name] = nil
-  self.want_policy[name] = nil
-  self.bad_policies[name] = nil
+  self.store.want_policy[name] = nil
+  self.store.bad_policies[name] = nil
   self.e:delete(keys.key(self.P, "policy-status", name, self.name))
 end
 
 local function remove_job(self, name)
   if self.jobs[name] then log("info", "job removed", { job = name }) end
-  if self.listing then self.listing.removed = self.listing.removed + 1 end
+  if self.store.listing then self.store.listing.removed = self.store.listing.removed + 1 end
   self.store_version = self.store_version + 1
   self.jobs[name] = nil
-  self.want[name] = nil
+  self.store.want[name] = nil
   self.metrics:forget("job_name", name)
   events.note(self, name, nil)
   self.bad[name] = nil
@@ -234,7 +234,7 @@ end
 local function list_pages(self, page, rev, jobs_end, seen)
   local P, e = self.P, self.e
   while true do
-    self.listing.pages = self.listing.pages + 1
+    self.store.listing.pages = self.store.listing.pages + 1
     local kvs = page.kvs
     -- The next page is read while this one is compiled (etcd works on one
     -- core while the node works on the other).
@@ -257,7 +257,7 @@ local function list_pages(self, page, rev, jobs_end, seen)
     end
     stored.jobs(todo, nil, function(i, d)
       local item = todo[i]
-      if self.want[item.name] == item.kv.mod_revision then
+      if self.store.want[item.name] == item.kv.mod_revision then
         finish_job(self, item.name, item.kv, d.spec, d.error)
       end
     end)
@@ -308,27 +308,27 @@ local function list_all(self)
   for name in pairs(paused) do set_paused(self, name, true) end
   local others = r.responses
   local page = r.responses[1]
-  self.status_batch, self.status_inflight = {}, self.status_inflight or 0
-  self.listing = { loaded = 0, reloaded = 0, rejected = 0, removed = 0, pages = 0 }
+  self.store.status_batch, self.store.status_inflight = {}, self.store.status_inflight or 0
+  self.store.listing = { loaded = 0, reloaded = 0, rejected = 0, removed = 0, pages = 0 }
   local t0 = baton.monotime()
   local listed
   listed, err, code = list_pages(self, page, rev_of_listing, jobs_end, seen)
   if not listed then
     flush_status(self, true)
-    self.status_batch, self.listing = nil, nil
+    self.store.status_batch, self.store.listing = nil, nil
     return nil, err, code
   end
   for name in pairs(self.jobs) do if not seen[name] then remove_job(self, name) end end
   for name in pairs(self.bad) do if not seen[name] then remove_job(self, name) end end
   flush_status(self, true)
-  local l = self.listing
-  self.status_batch, self.listing = nil, nil
+  local l = self.store.listing
+  self.store.status_batch, self.store.listing = nil, nil
   local njobs = 0
   for _ in pairs(seen) do njobs = njobs + 1 end
   log("info", "job store listed", { node = self.name, revision = rev_of_listing, jobs = njobs,
     loaded = l.loaded, reloaded = l.reloaded, rejected = l.rejected,
     removed = l.removed, pages = l.pages, seconds = floor((baton.monotime() - t0) * 1000) / 1000 })
-  self.nodes, self.live_list = {}, nil
+  decide.forget_nodes(self)
   for _, kv in ipairs(others[3].kvs) do
     -- (a record on no lease is no node's session: a forged or stray key)
     local ok, n = pcall(json.decode, kv.value)
@@ -427,7 +427,7 @@ function M.follow(self)
         end
         watchers[#watchers + 1] = w
       end
-      self.watchers = watchers
+      self.store.watchers = watchers
       local pending = #watchers
       for _, w in ipairs(watchers) do
         self.go(function()

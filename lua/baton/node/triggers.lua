@@ -5,7 +5,7 @@
 -- node's turn (node/decide.lua) and claims through node/runs.lua.
 --
 -- A later turn at an instant (the policy's claim_delay > 0) waits on the
--- turns heap (self.turns, owned here), which the timetable's loop serves
+-- turns heap (self.triggers.turns, owned here), which the timetable's loop serves
 -- (turns_due): no coroutine or timer of its own until it is due and still
 -- open.
 local baton = require "baton"
@@ -47,7 +47,7 @@ local function claim_shards(self, name, j, fire)
   end
 end
 
--- The turns heap (self.turns): this node's later turns at instants (the
+-- The turns heap (self.triggers.turns): this node's later turns at instants (the
 -- policy's claim_delay > 0), by monotonic due time. When one is due, the
 -- claims board mostly says that the first node has the run already, and
 -- the turn ends there.
@@ -66,7 +66,7 @@ local function take_turn(self, name, j, fire, asked)
   elseif delay == 0 then
     self.go(claim_instant, self, name, j, fire, util.instant(fire), "first")
   else
-    heap.push(self.turns, { at = asked + delay, name = name, j = j, fire = fire }, due_first)
+    heap.push(self.triggers.turns, { at = asked + delay, name = name, j = j, fire = fire }, due_first)
   end
 end
 
@@ -84,7 +84,7 @@ end
 -- Claims the turns of the heap that are due; returns the seconds until
 -- the next one (nil: none waits).
 function M.turns_due(self)
-  local t, mono = self.turns, baton.monotime()
+  local t, mono = self.triggers.turns, baton.monotime()
   while t[1] and t[1].at <= mono do
     local ev = heap.pop(t, due_first)
     local id = util.instant(ev.fire)
@@ -127,10 +127,10 @@ end
 -- changed (mod is its mod revision: a new entry gets a turn of its own).
 function M.on_pending(self, key, value, mod)
   local job, id = keys.split(self.P, "pending", key)
-  if not job or self.pending_seen[key] == mod then return end
+  if not job or self.triggers.pending_seen[key] == mod then return end
   local ok, req = pcall(json.decode, value)
   if not ok or type(req) ~= "table" then req = {} end
-  self.pending_seen[key] = mod
+  self.triggers.pending_seen[key] = mod
   local function go()
     local j = self.jobs[job]
     if not j then return end
@@ -146,7 +146,7 @@ function M.on_pending(self, key, value, mod)
     end
   end
   go()
-  if self.pending_seen[key] == mod then self.pending_seen[key] = nil end
+  if self.triggers.pending_seen[key] == mod then self.triggers.pending_seen[key] = nil end
 end
 
 return M
