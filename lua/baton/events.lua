@@ -19,7 +19,7 @@
 --      lease, an etcd leader change: a write whose answer was lost is read
 --      back, never made twice). A retried attempt (state retrying) writes no
 --      final record, so it makes no event.
---   2. Every node follows pending/ (node.lua); each eligible node takes its
+--   2. Every node follows pending/ (node/triggers.lua); each eligible node takes its
 --      turn from the event job's policy and claims the entry with runs.claim,
 --      the claim path of every run: the event run's record must not exist,
 --      the entry must be at the revision read, and it is deleted in the same

@@ -359,7 +359,7 @@ local handles = 0
 local states = setmetatable({}, { __mode = "k" }) -- module -> its handle in the sandbox
 
 -- Tables a decision's arguments may hold that never change once made (the
--- node's list of live nodes, a job's view: node.lua): sent to a sandbox
+-- node's list of live nodes, a job's view: node/decide.lua): sent to a sandbox
 -- once, then named there by a number, so that a decision among 100 nodes
 -- does not carry them all each time.
 local shareable = setmetatable({}, { __mode = "k" })

@@ -2,7 +2,7 @@
 --            [--http ADDR [--http-token-file F] [--http-cert F --http-key F]
 --             [--http-allow-host NAME ...]]
 --            [--run-memory SIZE]
--- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node.lua).
+-- Runs a scheduler node until SIGINT/SIGTERM (see lua/baton/node/init.lua).
 -- --http: the node's HTTP face (node/http.lua, docs/api.md).
 -- --max-skew: seconds this node's clock may be off the cluster's before it
 -- warns and is flagged in baton nodes (default 0.5; node/clock.lua).

@@ -21,7 +21,7 @@ local RETRY_DEFAULTS = { attempts = 0, backoff = 10, max_backoff = 300, jitter =
 M.RETRY_DEFAULTS = RETRY_DEFAULTS
 -- The retry table of every job that gives none: one table for all of them
 -- (SPEC_DEFAULTS below). Nothing may change it; policies get a copy
--- (node.lua, job_view).
+-- (node/decide.lua, job_view).
 local DEFAULT_RETRY = { attempts = 0, backoff = 10, max_backoff = 300, jitter = 0.2 }
 
 local FIELDS = {

@@ -4,7 +4,7 @@
 -- turn comes later know without asking etcd.
 --
 -- Every eligible node goes for every instant of a job, each after its
--- policy's claim_delay (node.lua, instant_due; queue tasks likewise,
+-- policy's claim_delay (node/triggers.lua, instant_due; queue tasks likewise,
 -- node/queue.lua). The node ranked first claims at once; each of the
 -- others, when its turn comes, used to read the run key first (runs.lua,
 -- taken): one etcd read per instant for every node but one, so a cluster's
@@ -157,9 +157,9 @@ local function watch_loop(self)
   end
 end
 
-function B:start()
-  self.node.forever(post_loop, self)
-  self.node.forever(watch_loop, self)
-end
+-- The board's tasks, given the node (node/init.lua starts them): posting
+-- this node's claims, and learning the others'.
+function M.post(node) return post_loop(node.board) end
+function M.watch(node) return watch_loop(node.board) end
 
 return M

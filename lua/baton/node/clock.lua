@@ -39,19 +39,21 @@
 -- samples taken before and after the step mix for a while, and a node must
 -- never start an instant early on such a mix.
 --
--- For the conductor (lua/baton/node.lua):
---   clock.start(self)      after the first join: measures (and answers while
---                          self.leader) until self.stopping; sets self.now()
+-- For the conductor (lua/baton/node/init.lua):
+--   clock.start(self)      after the first join: sets self.clock, self.now()
+--   clock.sample, clock.answer, clock.follow: its tasks (measure, answer
+--                          while self.leader, update), until self.stopping
 --   clock.known(self)      whether the correction is known yet
 --   clock.wait(self, secs) waits for that, at most secs, then warns "clock
 --                          offset unknown" and lets the node go on uncorrected
---   clock.info(self)       the clock fields of the node's published info
+--   (the clock fields of the node's published info: node/session.lua)
 --   self.clock = {offset, error, correction, ref, known, skewed, measured_at}
 --   (error: delay/2 plus the millisecond resolution of the timestamps;
 --   measured_at: the sample's time by this node's own clock)
 local baton = require "baton"
 local keys = require "baton.keys"
 local runs = require "baton.node.runs"
+local session = require "baton.node.session"
 local json = baton.json
 
 local abs, floor = math.abs, math.floor
@@ -373,13 +375,13 @@ function M.update(self)
      or (not st.publishing and now - (st.published_at or 0) > 1 and differs(mine, seen)) then
     st.published, st.published_at = mine, now
     st.dirty = true
-    if not st.publishing and self.publish then
+    if not st.publishing then
       -- One publisher at a time: two puts in flight could land in either order.
       st.publishing = true
       self.go(function()
         while st.dirty and not self.stopping do
           st.dirty = false
-          self.publish()
+          session.publish(self)
         end
         st.publishing = false
       end)
@@ -406,15 +408,6 @@ function M.set_base(self, st, base, first)
   end
 end
 
--- The clock fields of the node's published info (P nodes/<name>).
-function M.info(self)
-  local c = self.clock
-  if not c then return { known = false } end
-  return { offset = round(c.offset), error = round(c.error),
-           correction = c.known and round(c.correction) or nil, ref = c.ref, frame = c.frame,
-           known = c.known, skewed = c.skewed, measured_at = round(c.measured_at) }
-end
-
 -- True once the node knows its clock.
 function M.known(self)
   return self.clock ~= nil and self.clock.known
@@ -436,8 +429,8 @@ function M.wait(self, secs)
   return M.known(self)
 end
 
--- Starts measuring (and answering, while this node leads) until
--- self.stopping; sets self.clock and self.now().
+-- Sets self.clock, the clock's state and self.now() (the corrected clock
+-- once known); its tasks, below, measure and answer until self.stopping.
 function M.start(self)
   self.max_skew = self.max_skew or M.MAX_SKEW
   self.clock = { known = false, skewed = false }
@@ -447,14 +440,18 @@ function M.start(self)
     if st.base then return baton.monotime() + st.base end
     return baton.now()
   end
-  self.forever(sampler, self, self.clock_state)
-  self.forever(answerer, self)
-  self.forever(function()
-    while not self.stopping do
-      baton.sleep(0.2)
-      M.update(self)
-    end
-  end)
+end
+
+-- The clock's tasks (node/init.lua starts them once clock.start has run):
+-- measuring, answering others' pings while this node leads, and updating
+-- the correction from the samples and the other nodes' offsets.
+function M.sample(self) return sampler(self, self.clock_state) end
+M.answer = answerer
+function M.follow(self)
+  while not self.stopping do
+    baton.sleep(0.2)
+    M.update(self)
+  end
 end
 
 -- (for tests: the sample keeping, without etcd)

@@ -20,6 +20,9 @@ local record = require "baton.record"
 local events = require "baton.events"
 local unrun = require "baton.node.missed"
 local util = require "baton.util"
+local decide = require "baton.node.decide"
+local gc = require "baton.node.gc"
+
 local json = baton.json
 
 local format = string.format
@@ -73,7 +76,7 @@ local function check_inflight(self, job, id)
     decision = "killed"
     rec = record.killed(rec, now, c.reason .. "; " .. why, c.by)
   else
-    decision = self.decide(job, j.spec, "on_orphan", { instant = id }, self.job_view(job, j.spec), rec)
+    decision = decide.decide(self, job, j.spec, "on_orphan", { instant = id }, decide.job_view(job, j.spec), rec)
     rec = decision == "rerun" and record.retrying(rec, now, why) or record.abandoned(rec, now, why)
   end
   fields.decision = decision
@@ -291,7 +294,7 @@ local function mf_queue(self, name, j)
   mf_push(self.mfq, due, name, rev)
 end
 
--- A job version was loaded (node.lua, on the leader): the next misfire
+-- A job version was loaded (node/store.lua, on the leader): the next misfire
 -- check queues it (and seeds its mark first if it has none).
 function M.job_changed(self, name)
   if self.leader and self.mf_todo then self.mf_todo[name] = true end
@@ -420,7 +423,7 @@ function M.settle_misfires(self, name, j, missed, now)
                      { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
       -- Any eligible node runs it, as the job's policy orders them: a
-      -- pending entry for its first attempt (node.lua, runs.take_pending).
+      -- pending entry for its first attempt (node/triggers.lua, runs.take_pending).
       local r = e:txn { compare = absent, success = { { put = { key = pk, value = json.encode {
         at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
       if r and r.succeeded then ran = ran + 1 end
@@ -446,7 +449,7 @@ end
 -- of 100,000 jobs would cost 100,000 requests a minute. A round counts the
 -- records (count_only, PRUNE_TXN jobs per transaction) of the jobs that may
 -- have new ones (self.prune_dirty: jobs with scheduled instants since the
--- last round, from the misfire check; jobs run by hand, from node.lua's
+-- last round, from the misfire check; jobs run by hand, from node/store.lua's
 -- trigger events; every queue and event job), plus a slice of all jobs in
 -- turn, so that every job is counted at least once every PRUNE_SWEEP
 -- rounds whatever made its records; only the jobs over `history` are
@@ -564,7 +567,7 @@ function M.run(self)
   -- (a term's first check reads every job's newest records: 64 jobs a
   -- request, a burst of garbage; from then on a check costs only the jobs
   -- that came due)
-  self.gc_burst(M.misfires, self)
+  gc.burst(self, M.misfires, self)
   local left = 0
   for _ in pairs(self.mf_todo or {}) do left = left + 1 end
   log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
@@ -578,7 +581,7 @@ function M.run(self)
   -- ended). A watch that ends, compacted or failed, is made again; the
   -- periodic scan below covers the gap.
   local ended = false
-  self.forever(function()
+  self.forever("leader.rescan", function()
     while leading() do
       baton.sleep(0.2)
       if ended then
@@ -587,7 +590,7 @@ function M.run(self)
       end
     end
   end)
-  self.forever(function()
+  self.forever("leader.running_watch", function()
     while leading() do
       local w = e:watch(keys.dir(P, "running"), { prefix = true, no_put = true })
       if not w then

@@ -1,7 +1,7 @@
 -- Prometheus metrics of a node (GET /metrics; docs/operations.md lists every
 -- series with its meaning), on the registry of baton/prom.lua.
 --
--- The node (lua/baton/node.lua) keeps one registry at self.metrics, made by
+-- The node (lua/baton/node/init.lua) keeps one registry at self.metrics, made by
 -- M.for_node(): the families below plus one method per fact the conductor
 -- learns (a run ended, an instant was skipped, a claim was lost, ...), so
 -- each instrumented place is one line. M.render(self) refreshes the gauges
@@ -271,7 +271,7 @@ local function notify_gauge(self, m)
   end
 end
 
--- Refreshes the gauges from the node's state (self: the node of node.lua)
+-- Refreshes the gauges from the node's state (self: the node, node/state.lua)
 -- and returns the exposition text.
 function M.render(self)
   local m = self.metrics

@@ -44,13 +44,13 @@ function M.new(node)
                                         cgroup = self.cgroup, why = cerr })
   -- (node.forever: a task of the node, started again if it fails; a bare
   -- table stands for the node in tests)
-  local forever = node.forever or baton.go
-  forever(function()
+  local function trim()
     while not node.stopping do
       baton.sleep(IDLE_STOP / 4)
       self:trim(IDLE_STOP)
     end
-  end)
+  end
+  if node.forever then node.forever("pool.trim", trim) else baton.go(trim) end
   return self
 end
 

@@ -22,6 +22,7 @@
 local baton = require "baton"
 local keys = require "baton.keys"
 local runs = require "baton.node.runs"
+local decide = require "baton.node.decide"
 local heap = require "baton.heap"
 local etcd = require "baton.etcd"
 
@@ -109,7 +110,7 @@ local function add(self, q, qs, key, value, rev, now, gen)
   local name, j = consumer(self, q, qs, true) -- (a paused job's policy decides too)
   local delay = 0
   if name then
-    delay = self.claim_delay(name, j.spec, key)
+    delay = decide.claim_delay(self, name, j.spec, key)
     if delay == nil then return end
   end
   t = { key = key, value = value, rev = rev, ready = now + delay, gen = gen, later = delay > 0 }
@@ -210,8 +211,8 @@ function M.follow(self, q)
   self.queues[q] = qs
   local e = self.e
   local prefix = keys.dir(self.P, "queue", q)
-  self.forever(dispatch, self, q, qs)
-  self.forever(function()
+  self.forever("queue.dispatch", dispatch, self, q, qs)
+  self.forever("queue.follow", function()
     while not self.stopping do
       local rev, err = list(self, q, qs, prefix)
       if not rev then

@@ -44,6 +44,7 @@ local keys = require "baton.keys"
 local record = require "baton.record"
 local run_end = require "baton.run_end"
 local protocol = require "baton.worker.protocol"
+local decide = require "baton.node.decide"
 local json = baton.json
 
 local format = string.format
@@ -378,8 +379,8 @@ end
 -- the job's policy decides (the default: the job's retry table, exponential
 -- backoff with jitter).
 function M.retry_delay(self, run, rec, err)
-  return self.decide(run.job, run.spec, "retry_delay", { instant = run.id, attempt = rec.attempt },
-                     self.job_view(run.job, run.spec), rec, err)
+  return decide.decide(self, run.job, run.spec, "retry_delay", { instant = run.id, attempt = rec.attempt },
+                       decide.job_view(run.job, run.spec), rec, err)
 end
 
 -- How long the end of a run may wait for the ends (or claims) of others
@@ -514,8 +515,8 @@ end
 local function next_step(self, run, rec, state, why, unfit)
   if state == "interrupted" then
     -- Stopped by its node: re-run elsewhere, or not, as for a lost node.
-    local decision = self.decide(run.job, run.spec, "on_orphan", { instant = run.id },
-                                 self.job_view(run.job, run.spec), rec)
+    local decision = decide.decide(self, run.job, run.spec, "on_orphan", { instant = run.id },
+                                   decide.job_view(run.job, run.spec), rec)
     if decision == "abandon" then return nil, "abandoned" end
     return 0, nil
   end
@@ -528,7 +529,7 @@ end
 -- Runs attempt rec of run (the claim is done) in a worker and records its
 -- end. A failed attempt with a retry left, or one its stopping node had to
 -- interrupt, leaves a pending/ entry for its next attempt, which any
--- eligible node claims (node.lua). The caller holds one of the node's
+-- eligible node claims (node/triggers.lua). The caller holds one of the node's
 -- worker slots (--workers) for the run: release() gives it back, as soon
 -- as the attempt is over, before its end is written. Whatever raises in
 -- the attempt fails it, with the error as the reason (the worker, the
@@ -640,7 +641,7 @@ end
 -- Takes a worker slot, claims attempt 1 (or, with opts.prev, the next
 -- attempt) of run (see M.claim) and executes it. Returns whether this node
 -- ran it. opts.turn, for a run that every eligible node goes for in turn
--- (a scheduled instant or shard: node.lua, instant_due; a queue task:
+-- (a scheduled instant or shard: node/triggers.lua, instant_due; a queue task:
 -- node/queue.lua): "first", or "later" when another node's turn came
 -- first, and mostly it has the run. Then the claims board (node/board.lua)
 -- or, when it does not say, a small read (taken) says so before a claim is

@@ -68,7 +68,7 @@ local function follow(v, kind, apply, clear)
       from = r.kvs[#r.kvs].key .. "\0"
     end
   end
-  self.forever(function()
+  self.forever("view.follow", function()
     while not self.stopping and not v.closed do
       local rev = list()
       if not rev then

@@ -100,10 +100,18 @@ function C:log(name)
   return s
 end
 
+-- (The suite runs nodes strict, BATON_NODE_STRICT in tests/harness/run-tests:
+-- a node that set or read a field node/state.lua does not declare logged
+-- it, and fails the test here.)
 function C:destroy()
   for name in pairs(self.nodes) do self:stop(name) end
   self.e:delete(self.P, { prefix = true })
+  local undeclared = baton.exec { "sh", "-c",
+    "cat \"$0\"/*.log 2>/dev/null | grep -m 3 'not declared in node/state.lua'", self.dir }
   baton.exec { "rm", "-rf", self.dir }
+  if undeclared and undeclared.stdout ~= "" then
+    error("a node used a field node/state.lua does not declare:\n" .. undeclared.stdout, 2)
+  end
 end
 
 function M.wait(secs, fn)
