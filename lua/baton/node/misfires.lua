@@ -1,17 +1,11 @@
--- Housekeeping done by the elected leader of the cluster only:
---   * orphaned runs: an inflight/ entry without its lease-bound running/
---     marker belongs to a node that is gone. The job's policy (on_orphan) or
---     on_node_loss decides: rerun it (the record waits for its next attempt
---     with a pending/ entry, which any eligible node claims, chosen by the
---     job's policy as for a first run), or record it abandoned. A run that
---     a replace asked to stop is recorded killed. (The other nodes do this
---     too for runs the leader leaves unhandled: M.backstop.)
---   * misfires: instants (and shards of instants) of a job that no node
---     started (the cluster was down, or every claim failed) follow the
---     job's misfire policy and starting_deadline; every instant or shard not
---     run is recorded as skipped with the reason.
---   * history: keeps the newest `history` run records per job; a record's
---     kept output (output/<job>/<id>/@..., output.lua) goes with it.
+-- The leader's misfire check (node/leader.lua runs it every 2 s): instants
+-- (and shards of instants) of a job that no node started (the cluster was
+-- down, or every claim failed) follow the job's misfire policy and
+-- starting_deadline; every instant or shard not run is recorded as skipped
+-- with the reason. It owns where each job's check stands (self.marks,
+-- seeded from the job's newest run records), the queue of jobs by their
+-- next instant after it (self.mfq), and the outages seen (self.outage).
+-- Events no node claimed: node/missed.lua, called from the check.
 local baton = require "baton"
 local runs = require "baton.node.runs"
 local run_end = require "baton.run_end"
@@ -20,8 +14,7 @@ local record = require "baton.record"
 local events = require "baton.events"
 local unrun = require "baton.node.missed"
 local util = require "baton.util"
-local decide = require "baton.node.decide"
-local gc = require "baton.node.gc"
+local prune = require "baton.node.prune"
 
 local json = baton.json
 
@@ -30,107 +23,6 @@ local format = string.format
 local M = {}
 
 local function log(level, msg, fields) baton.log[level](msg, fields) end
-
--- Handles one inflight entry if its node is gone.
-local function check_inflight(self, job, id)
-  local P, e = self.P, self.e
-  local k = keys.run(P, job, id)
-  local r = e:txn { success = { { get = { key = k.marker } }, { get = { key = k.run } },
-                                { get = { key = k.inflight } }, { get = { key = k.pending } },
-                                { get = { key = k.cancel } } } }
-  if not r then return end
-  if r.responses[1].count > 0 or r.responses[3].count == 0 then return end
-  local kv = r.responses[2].kvs[1]
-  local ok, rec = pcall(json.decode, kv and kv.value or "")
-  if not kv or not ok or type(rec) ~= "table" then
-    e:delete(k.inflight)
-    return
-  end
-  local j = self.jobs[job]
-  if not j then return end -- the job is gone or not loaded here
-  local fields = { job = job, instant = id, node = self.name, lost_node = rec.node,
-                   attempt = rec.attempt }
-  local now = self.now()
-  local guard = { { key = k.run, target = "mod", op = "==", value = kv.mod_revision },
-                  { key = k.marker, target = "create", op = "==", value = 0 } }
-  if rec.state == "retrying" then
-    -- Waiting for its next attempt: its pending/ entry lets any eligible
-    -- node claim it. Only one lost with an older version is written here.
-    if r.responses[4].count > 0 then return end
-    guard[3] = { key = k.pending, target = "create", op = "==", value = 0 }
-    e:txn { compare = guard, success = { { put = { key = k.pending, value = json.encode {
-      at = rec.retry_at or now, attempt = (rec.attempt or 0) + 1, reason = "retry" } } } } }
-    return
-  elseif rec.state ~= "running" then
-    e:delete(k.inflight) -- finished records carry no inflight entry
-    return
-  end
-  -- (Its fence, when the record names none, is the record's mod revision:
-  -- the claim wrote the record in the transaction that made the fence.)
-  local why = "node " .. tostring(rec.node) .. " was lost"
-  rec = record.lost(rec, now, why, kv.mod_revision)
-  local decision
-  if r.responses[5].count > 0 then
-    -- Asked to stop for good (replace, baton job kill): not run again.
-    local c = runs.cancel_request(r.responses[5].kvs[1].value)
-    decision = "killed"
-    rec = record.killed(rec, now, c.reason .. "; " .. why, c.by)
-  else
-    decision = decide.decide(self, job, j.spec, "on_orphan", { instant = id }, decide.job_view(job, j.spec), rec)
-    rec = decision == "rerun" and record.retrying(rec, now, why) or record.abandoned(rec, now, why)
-  end
-  fields.decision = decision
-  local ops = { { put = { key = k.run, value = record.encode(rec) } } }
-  if decision == "rerun" then
-    ops[2] = { put = { key = k.pending, value = json.encode {
-      at = now, attempt = (rec.attempt or 0) + 1, reason = "lost" } } }
-    ops[3] = run_end.last_op(P, job, id, rec)
-  else
-    run_end.final_ops(P, { job = job, id = id, task = rec.task and { key = rec.task } or nil,
-                        events = events.targets(self, job) }, ops, rec)
-  end
-  local w = e:txn { compare = guard, success = ops }
-  if not (w and w.succeeded) then return end
-  self.metrics:orphan(job, rec.state)
-  if decision == "rerun" then
-    log("warn", "run lost with its node; an eligible node runs it again", fields)
-  elseif decision == "abandon" then
-    log("warn", "run abandoned: its node was lost", fields)
-  else
-    log("warn", "run killed: stopped on request while its node was lost", fields)
-  end
-end
-
--- Every run in flight whose marker is gone (one read, whatever the number
--- of runs), then those runs one by one; with ready (the backstop below),
--- only those ready(job/id) says. An active/ key whose run is no longer in
--- flight (left by a version that bound it to a lease) is freed.
-local function scan_inflight(self, ready)
-  local P, e = self.P, self.e
-  if not runs.live(self) then return end -- a lost session leads nothing
-  local r = e:txn { success = { { get = { key = keys.dir(P, "inflight"), prefix = true, keys_only = true } },
-                                { get = { key = keys.dir(P, "running"), prefix = true, keys_only = true } },
-                                { get = { key = keys.dir(P, "active"), prefix = true } } } }
-  if not r then return end
-  local marked, inflight = {}, {}
-  for _, kv in ipairs(r.responses[2].kvs) do marked[keys.rest(P, "running", kv.key)] = true end
-  for _, kv in ipairs(r.responses[1].kvs) do
-    local rest = keys.rest(P, "inflight", kv.key)
-    inflight[rest] = true
-    local job, id = rest:match("^([^/]+)/(.+)$")
-    if job and not marked[rest] and (not ready or ready(rest)) then check_inflight(self, job, id) end
-  end
-  if ready then return end
-  for _, kv in ipairs(r.responses[3].kvs) do
-    local job = keys.rest(P, "active", kv.key):match("^[^/]+")
-    if job and not inflight[job .. "/" .. kv.value] then
-      e:txn { compare = { { key = kv.key, target = "mod", op = "==", value = kv.mod_revision },
-                          { key = keys.key(P, "inflight", job, kv.value), target = "create",
-                            op = "==", value = 0 } },
-              success = { { delete = { key = kv.key } } } }
-    end
-  end
-end
 
 -- The fire time of a job's newest run record (kv), or nil.
 function M.last_fire(kv)
@@ -300,23 +192,16 @@ function M.job_changed(self, name)
   if self.leader and self.mf_todo then self.mf_todo[name] = true end
 end
 
--- A new term: every job is looked at once.
-local function mf_start(self)
+-- A new term (node/leader.lua): every job is looked at once.
+function M.start(self)
   self.marks = self.marks or {}
   self.mfq = { n = 0, due = {}, name = {}, rev = {} }
   self.mf_queued, self.mf_todo = {}, {}
   for name in pairs(self.jobs) do self.mf_todo[name] = true end
 end
 
--- Records instants of a job that nobody started, per its misfire policy.
--- The leader checks every job every few seconds, reading the run records of
--- 128 jobs per transaction, so an instant with no record is never missed
--- silently and a store of thousands of jobs costs tens of requests.
-function M.misfires(self)
-  if not runs.live(self) then return end
-  if not self.mfq then mf_start(self) end
-  local P, e = self.P, self.e
-  -- Versions new since the last check: seed the marks they lack, queue them.
+-- Versions new since the last check: seed the marks they lack, queue them.
+local function queue_new(self)
   local todo, seeds = self.mf_todo, {}
   self.mf_todo = {}
   for name in pairs(todo) do
@@ -330,8 +215,12 @@ function M.misfires(self)
     local j = self.jobs[name]
     if j and self.marks[name] then mf_queue(self, name, j) end
   end
-  local now = self.now()
-  local plans, horizon, popped = {}, misfire_horizon(self, now), {}
+end
+
+-- The jobs queued with an instant up to horizon, taken off the queue: the
+-- plans of those to look at (misfire_plan), and the names of all of them.
+local function take_due(self, now, horizon)
+  local plans, popped = {}, {}
   local q = self.mfq
   while q.n > 0 and q.due[1] <= horizon do
     local _, name, rev = mf_pop(q)
@@ -345,9 +234,35 @@ function M.misfires(self)
       end
     end
   end
-  -- (jobs with instants since the last check may have new records to prune)
-  self.prune_dirty = self.prune_dirty or {}
-  for _, pl in ipairs(plans) do self.prune_dirty[pl.name] = true end
+  return plans, popped
+end
+
+-- The instants (or shards: {fire =, shard =}) of plan pl without a record
+-- among kvs (the keys of its records from the first candidate to the last).
+local function missed_of(P, pl, kvs)
+  local have = {}
+  for _, kv in ipairs(kvs) do have[select(2, keys.split(P, "runs", kv.key))] = true end
+  -- Each shard of an instant is a run of its own: one with no record
+  -- is missed even when its siblings ran.
+  local shards, missed = pl.j.spec.shards or 1, {}
+  for _, f in ipairs(pl.cand) do
+    local inst = util.instant(f)
+    if shards > 1 then
+      for sh = 1, shards do
+        if not have[inst .. "/" .. sh] then missed[#missed + 1] = { fire = f, shard = sh } end
+      end
+    elseif not have[inst] then
+      missed[#missed + 1] = { fire = f }
+    end
+  end
+  return missed
+end
+
+-- Reads the records of the plans' candidate instants, 128 jobs a
+-- transaction, and settles what each job missed; a job whose read failed
+-- is looked at again next time.
+local function check_plans(self, plans, now)
+  local P, e = self.P, self.e
   for i = 1, #plans, 128 do
     local ops = {}
     for k = i, math.min(i + 127, #plans) do
@@ -362,25 +277,26 @@ function M.misfires(self)
       if not r then
         self.marks[pl.name] = pl.from -- look again next time
       else
-        local have = {}
-        for _, kv in ipairs(r.responses[k - i + 1].kvs) do have[select(2, keys.split(P, "runs", kv.key))] = true end
-        -- Each shard of an instant is a run of its own: one with no record
-        -- is missed even when its siblings ran.
-        local shards, missed = pl.j.spec.shards or 1, {}
-        for _, f in ipairs(pl.cand) do
-          local inst = util.instant(f)
-          if shards > 1 then
-            for sh = 1, shards do
-              if not have[inst .. "/" .. sh] then missed[#missed + 1] = { fire = f, shard = sh } end
-            end
-          elseif not have[inst] then
-            missed[#missed + 1] = { fire = f }
-          end
-        end
-        M.settle_misfires(self, pl.name, pl.j, missed, now)
+        M.settle(self, pl.name, pl.j, missed_of(P, pl, r.responses[k - i + 1].kvs), now)
       end
     end
   end
+end
+
+-- Records instants of a job that nobody started, per its misfire policy.
+-- The leader checks every job every few seconds, reading the run records of
+-- 128 jobs per transaction, so an instant with no record is never missed
+-- silently and a store of thousands of jobs costs tens of requests.
+function M.check(self)
+  if not runs.live(self) then return end
+  if not self.mfq then M.start(self) end
+  queue_new(self)
+  local now = self.now()
+  local horizon = misfire_horizon(self, now)
+  local plans, popped = take_due(self, now, horizon)
+  -- (jobs with instants since the last check may have new records to prune)
+  for _, pl in ipairs(plans) do prune.note(self, pl.name) end
+  check_plans(self, plans, now)
   -- Each job looked at waits for its next instant after its new mark.
   for _, name in ipairs(popped) do
     local j = self.jobs[name]
@@ -394,7 +310,7 @@ end
 -- one job, possibly none: run them (misfire = run_all; run_once runs the
 -- newest missed instant, those of its shards that were missed), or record
 -- each one skipped with the reason.
-function M.settle_misfires(self, name, j, missed, now)
+function M.settle(self, name, j, missed, now)
   local spec, P, e = j.spec, self.P, self.e
   -- An outage seen over several checks is one misfire: run_once runs one
   -- instant for all of it, not one per check.
@@ -442,178 +358,6 @@ function M.settle_misfires(self, name, j, missed, now)
   if ran + skipped > 0 then
     log("warn", "misfired instants", { job = name, node = self.name, missed = #missed,
                                        skipped = skipped, run = ran, misfire = spec.misfire })
-  end
-end
-
--- History pruning does not read every job's records every round: a store
--- of 100,000 jobs would cost 100,000 requests a minute. A round counts the
--- records (count_only, PRUNE_TXN jobs per transaction) of the jobs that may
--- have new ones (self.prune_dirty: jobs with scheduled instants since the
--- last round, from the misfire check; jobs run by hand, from node/store.lua's
--- trigger events; every queue and event job), plus a slice of all jobs in
--- turn, so that every job is counted at least once every PRUNE_SWEEP
--- rounds whatever made its records; only the jobs over `history` are
--- listed and pruned.
-M.PRUNE_SWEEP, M.PRUNE_TXN = 30, 128
-
-local function prune_job(self, name, count)
-  local P, e, keep = self.P, self.e, self.history
-  local dir = keys.dir(P, "runs", name)
-  local r = e:get(dir, { prefix = true, keys_only = true, sort = "key", limit = count - keep })
-  if not r then return end
-  local n = math.min(#r.kvs, r.count - keep)
-  local ops = {}
-  for i = 1, n do
-    local key = r.kvs[i].key
-    -- (the id as it is, "" for a stray runs/<job>/ key: it counts towards
-    -- the history and goes like any record)
-    local id = keys.under(dir, key)
-    ops[#ops + 1] = { txn = {
-      compare = { { key = keys.key(P, "inflight", name, id), target = "create", op = "==", value = 0 } },
-      success = { { delete = { key = key } },
-                  { delete = { key = keys.output(P, name, id), prefix = true } } } } }
-    if #ops == 100 or i == n then e:txn { success = ops }; ops = {} end
-  end
-end
-
-local function prune(self)
-  local P, e = self.P, self.e
-  local want = self.prune_dirty or {}
-  self.prune_dirty = {}
-  for name in pairs(self.event_jobs or {}) do want[name] = true end
-  for name, j in pairs(self.jobs) do
-    if j.spec.queue then want[name] = true end
-  end
-  -- the sweep: a sorted list of all jobs, taken in PRUNE_SWEEP slices
-  local sw = self.prune_sweep
-  if not sw or sw.next > #sw.names then
-    local names = {}
-    for name in pairs(self.jobs) do names[#names + 1] = name end
-    table.sort(names)
-    sw = { names = names, next = 1, step = math.ceil(#names / M.PRUNE_SWEEP) }
-    self.prune_sweep = sw
-  end
-  for i = sw.next, math.min(#sw.names, sw.next + sw.step - 1) do want[sw.names[i]] = true end
-  sw.next = sw.next + math.max(sw.step, 1)
-  local names = {}
-  for name in pairs(want) do if self.jobs[name] then names[#names + 1] = name end end
-  for i = 1, #names, M.PRUNE_TXN do
-    local ops = {}
-    for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
-      ops[#ops + 1] = { get = { key = keys.dir(P, "runs", names[k]), prefix = true, count_only = true } }
-    end
-    local r = e:txn { success = ops }
-    for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
-      local name = names[k]
-      if not r then
-        self.prune_dirty[name] = true -- counted again next round
-      elseif r.responses[k - i + 1].count > self.history then
-        prune_job(self, name, r.responses[k - i + 1].count)
-      end
-    end
-  end
-end
-
--- Every node but the leader: a backstop for a leader that cannot act (cut
--- off from etcd, stopped, or kept alive by etcd's elections renewing its
--- lease). A run whose marker has been gone for BACKSTOP seconds, which the
--- leader would have handed out within a fraction of a second, is handled
--- by whichever node finds it (check_inflight's compares let only one do it).
-M.BACKSTOP = 0.75
-
--- A node's registration went (its lease expired or was revoked): its runs
--- are lost now. Unless the leader has handed them out meanwhile (it goes
--- first: this waits LOST_DELAY), any node does; so a leader that died
--- with the node costs no extra wait.
-M.LOST_DELAY = 0.3
-
-function M.node_gone(self)
-  if self.leader then return end
-  baton.sleep(M.LOST_DELAY)
-  if not self.leader then scan_inflight(self, function() return true end) end
-end
-
-function M.backstop(self)
-  local since = {}
-  while not self.stopping do
-    baton.sleep(0.5)
-    if not self.leader then
-      local now, still = baton.monotime(), {}
-      scan_inflight(self, function(rest)
-        still[rest] = since[rest] or now
-        return now - still[rest] >= M.BACKSTOP
-      end)
-      since = still
-    else
-      since = {}
-    end
-  end
-end
-
--- Runs while this node leads (until its term ends or the node stops).
-function M.run(self)
-  local P, e = self.P, self.e
-  -- self.leader is a fresh table for each term: the loops of an earlier
-  -- term (its session lost, the node elected again) end.
-  local term = self.leader
-  local function leading() return self.leader == term and not self.stopping end
-  -- A node can win the election before its first listing of the store is
-  -- applied; the first misfire check needs the jobs, or it finds nothing
-  -- and the next one, a period later, judges a later stretch of time.
-  while not self.listed and leading() do baton.sleep(0.05) end
-  mf_start(self)
-  local t0, njobs = baton.monotime(), 0
-  for _ in pairs(self.jobs) do njobs = njobs + 1 end
-  -- (a term's first check reads every job's newest records: 64 jobs a
-  -- request, a burst of garbage; from then on a check costs only the jobs
-  -- that came due)
-  gc.burst(self, M.misfires, self)
-  local left = 0
-  for _ in pairs(self.mf_todo or {}) do left = left + 1 end
-  log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
-    unseeded = left, seconds = math.floor((baton.monotime() - t0) * 1000) / 1000 })
-  -- (with thousands of jobs its responses were tens of MB: hand them back,
-  -- as after a listing)
-  if njobs >= 1000 then baton._release_memory() end
-  scan_inflight(self)
-  -- Markers disappear when their node's lease expires: scan within 0.2 s
-  -- of a deletion (one scan for any number of them; most are runs that
-  -- ended). A watch that ends, compacted or failed, is made again; the
-  -- periodic scan below covers the gap.
-  local ended = false
-  self.forever("leader.rescan", function()
-    while leading() do
-      baton.sleep(0.2)
-      if ended then
-        ended = false
-        scan_inflight(self)
-      end
-    end
-  end)
-  self.forever("leader.running_watch", function()
-    while leading() do
-      local w = e:watch(keys.dir(P, "running"), { prefix = true, no_put = true })
-      if not w then
-        baton.sleep(1)
-      else
-        while leading() do
-          local evs, _, code = w:next(1)
-          if not evs and code ~= "ETIMEDOUT" then break end
-          if evs and #evs > 0 then ended = true end
-        end
-        w:cancel()
-      end
-    end
-  end)
-  -- The periodic scan (every 0.5 s) finds what a lagging watch delivers
-  -- late: a lost run is handed out within TTL + 1 s of its node's death.
-  local n = 0
-  while leading() do
-    baton.sleep(0.5)
-    n = n + 1
-    scan_inflight(self)
-    if n % 4 == 0 then M.misfires(self) end
-    if n % 120 == 0 then prune(self) end
   end
 end
 

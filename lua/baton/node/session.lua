@@ -7,7 +7,7 @@
 local baton = require "baton"
 local keys = require "baton.keys"
 local runs = require "baton.node.runs"
-local leader = require "baton.node.misfires"
+local leader = require "baton.node.leader"
 local queue = require "baton.node.queue"
 local triggers = require "baton.node.triggers"
 local json = baton.json
