@@ -2,7 +2,7 @@
 -- (M.write), fenced by the attempt's claim, with the operations that end a
 -- run for good (M.final_ops) and the write of P last/<job>, the job's
 -- newest run (M.last_op). The node writes every end (node/runs.lua, and
--- the leader, node/leader.lua); a worker writes a success itself when its
+-- the leader's housekeeping, node/orphans.lua and node/misfires.lua); a worker writes a success itself when its
 -- node is slow to (worker/main.lua, handoff): both use this module, so
 -- that of the two writes at most one applies.
 local baton = require "baton"

@@ -114,7 +114,7 @@ baton.sleep(5)
 c:start("a", TTL)
 local up_at = baton.now()
 -- The run misfire = run_once makes is of an instant the leader found
--- missed, at least 2.5 s old then (its horizon: node/leader.lua); so it is
+-- missed, at least 2.5 s old then (its horizon: node/misfires.lua); so it is
 -- the one succeeded run since the outage that started 2 s or more late.
 -- (Its instant may be after up_at: the node runs no instant of its own
 -- before it knows its clock, and those are missed too.)

@@ -291,66 +291,64 @@ local function differs(a, b)
   return false
 end
 
--- Recomputes the correction from this node's best sample and the offsets
--- the other live nodes published against the same leader; settles whether
--- the clock is known; logs a change across --max-skew; republishes the
--- node's info when something moved.
---
--- A new correction is taken once every live node that measures has
--- published an offset against the same leader. Until then the median would
--- be taken over too few clocks: the first correction waits for that up to
--- SETTLE seconds after the first sample, a later one (after a leader change)
--- keeps the previous correction, which does not depend on the leader, up to
--- HOLD seconds; either then goes on with the nodes it has if they are more
--- than half of the live nodes that measure.
-function M.update(self)
-  local st, c = self.clock_state, self.clock
-  if not st then return end
-  local b = best(st)
-  if b then
-    local ref = st.ref
-    local offsets, waiting = {}, 0
-    for name, n in pairs(self.nodes) do
-      if name ~= self.name and name ~= ref then
-        local k = type(n) == "table" and n.clock
-        if type(k) == "table" then
-          if (k.frame or k.ref) == st.frame and type(k.offset) == "number" then
-            offsets[name] = k.offset
-          else
-            waiting = waiting + 1 -- measuring, not (yet) against our leader
-          end
-        end -- (a node without a clock field does not measure: left out)
-      end
-    end
-    if ref == self.name or self.nodes[ref] then offsets[ref] = 0 end
-    -- This node's offset now: its wall clock may have stepped since the
-    -- sample (the leader's own is the leader clock itself).
-    local lead = b.lead
-    local mine = ref == self.name and 0 or (baton.now() - baton.monotime()) - lead
-    offsets[self.name] = mine
-    local xs = {}
-    for _, o in pairs(offsets) do xs[#xs + 1] = o end
-    c.offset, c.error, c.ref, c.frame, c.measured_at = mine, b.err, ref, st.frame, b.at
-    local now = baton.monotime()
-    if waiting == 0 then st.waiting_since = nil else st.waiting_since = st.waiting_since or now end
-    local settled = waiting == 0
-    if not settled and #xs > waiting then
-      settled = now - (c.known and st.waiting_since or st.first_at) >= (c.known and M.HOLD or M.SETTLE)
-    end
-    -- (Not before the node's first listing of P nodes/: until then it
-    -- would take its own clock for the median.)
-    if self.listed and settled then
-      local mid = median(xs)
-      c.correction = mine - mid
-      M.set_base(self, st, lead + mid, not c.known)
-      if not c.known then
-        c.known = true
-        log("info", "clock offset known", { node = self.name, correction = round(c.correction),
-          offset = round(c.offset), error = round(c.error), ref = ref, nodes = #xs,
-          waited_for = waiting > 0 and waiting or nil })
-      end
+-- The offsets against this node's leader (st.ref) that the other live
+-- nodes published ({[name] = offset}, the leader's own 0), and how many
+-- nodes measure against another leader (not yet ours).
+local function peer_offsets(self, st)
+  local ref = st.ref
+  local offsets, waiting = {}, 0
+  for name, n in pairs(self.nodes) do
+    if name ~= self.name and name ~= ref then
+      local k = type(n) == "table" and n.clock
+      if type(k) == "table" then
+        if (k.frame or k.ref) == st.frame and type(k.offset) == "number" then
+          offsets[name] = k.offset
+        else
+          waiting = waiting + 1 -- measuring, not (yet) against our leader
+        end
+      end -- (a node without a clock field does not measure: left out)
     end
   end
+  if ref == self.name or self.nodes[ref] then offsets[ref] = 0 end
+  return offsets, waiting
+end
+
+-- Takes this node's best sample b: its offset now, and the correction once
+-- settled (see M.update).
+local function correct(self, st, c, b)
+  local ref = st.ref
+  local offsets, waiting = peer_offsets(self, st)
+  -- This node's offset now: its wall clock may have stepped since the
+  -- sample (the leader's own is the leader clock itself).
+  local lead = b.lead
+  local mine = ref == self.name and 0 or (baton.now() - baton.monotime()) - lead
+  offsets[self.name] = mine
+  local xs = {}
+  for _, o in pairs(offsets) do xs[#xs + 1] = o end
+  c.offset, c.error, c.ref, c.frame, c.measured_at = mine, b.err, ref, st.frame, b.at
+  local now = baton.monotime()
+  if waiting == 0 then st.waiting_since = nil else st.waiting_since = st.waiting_since or now end
+  local settled = waiting == 0
+  if not settled and #xs > waiting then
+    settled = now - (c.known and st.waiting_since or st.first_at) >= (c.known and M.HOLD or M.SETTLE)
+  end
+  -- (Not before the node's first listing of P nodes/: until then it
+  -- would take its own clock for the median.)
+  if self.listed and settled then
+    local mid = median(xs)
+    c.correction = mine - mid
+    M.set_base(self, st, lead + mid, not c.known)
+    if not c.known then
+      c.known = true
+      log("info", "clock offset known", { node = self.name, correction = round(c.correction),
+        offset = round(c.offset), error = round(c.error), ref = ref, nodes = #xs,
+        waited_for = waiting > 0 and waiting or nil })
+    end
+  end
+end
+
+-- Logs a change of the correction across --max-skew.
+local function note_skew(self, c)
   local skewed = c.known and abs(c.correction) > self.max_skew or false
   if skewed ~= c.skewed then
     c.skewed = skewed
@@ -363,9 +361,12 @@ function M.update(self)
       log("info", "clock skew back within --max-skew", f)
     end
   end
-  -- Republish what moved; also when the node's own entry as etcd has it
-  -- (self.nodes, from the watch) still differs a second later: a publish
-  -- failed, or one from elsewhere in the node with older values landed last.
+end
+
+-- Republishes what moved; also when the node's own entry as etcd has it
+-- (self.nodes, from the watch) still differs a second later: a publish
+-- failed, or one from elsewhere in the node with older values landed last.
+local function republish(self, st, c)
   local now = baton.monotime()
   local mine = { known = c.known, skewed = c.skewed, ref = c.ref, frame = c.frame, offset = c.offset,
                  correction = c.known and c.correction or nil }
@@ -387,6 +388,27 @@ function M.update(self)
       end)
     end
   end
+end
+
+-- Recomputes the correction from this node's best sample and the offsets
+-- the other live nodes published against the same leader; settles whether
+-- the clock is known; logs a change across --max-skew; republishes the
+-- node's info when something moved.
+--
+-- A new correction is taken once every live node that measures has
+-- published an offset against the same leader. Until then the median would
+-- be taken over too few clocks: the first correction waits for that up to
+-- SETTLE seconds after the first sample, a later one (after a leader change)
+-- keeps the previous correction, which does not depend on the leader, up to
+-- HOLD seconds; either then goes on with the nodes it has if they are more
+-- than half of the live nodes that measure.
+function M.update(self)
+  local st, c = self.clock_state, self.clock
+  if not st then return end
+  local b = best(st)
+  if b then correct(self, st, c, b) end
+  note_skew(self, c)
+  republish(self, st, c)
 end
 
 -- Moves the corrected clock to base (see the top of this file): at once

@@ -12,14 +12,15 @@
 --
 -- This file builds the node table (every field: node/state.lua), declares
 -- the node's long-lived tasks (TASKS) and starts them, and stops the node.
--- Housekeeping by the elected leader (orphaned runs, misfires, history):
--- node/leader.lua. Queue jobs: node/queue.lua.
+-- Housekeeping by the elected leader: node/leader.lua (its term), with
+-- node/orphans.lua (runs lost with their node; every node's backstop),
+-- node/misfires.lua and node/prune.lua (history). Queue jobs: node/queue.lua.
 local baton = require "baton"
 local stored = require "baton.stored"
 local util = require "baton.util"
 local batch = require "baton.node.batch"
 local board = require "baton.node.board"
-local leader = require "baton.node.leader"
+local orphans = require "baton.node.orphans"
 local pool = require "baton.node.pool"
 local clock = require "baton.node.clock"
 local http = require "baton.node.http"
@@ -50,7 +51,7 @@ M.TASKS = {
   { "clock.answer", "answers the other nodes' clock pings while this node leads", clock.answer },
   { "clock.follow", "updates the clock correction and republishes it", clock.follow },
   { "fence", "waits for the session's loss; stops the runs, rejoins", session.fence },
-  { "backstop", "takes over orphaned runs the leader leaves unhandled", leader.backstop },
+  { "backstop", "takes over orphaned runs the leader leaves unhandled", orphans.backstop },
   { "publish", "keeps the published node info (running runs) fresh", session.refresh },
   { "store", "lists and follows the job store, policies, nodes, triggers", store.follow },
   { "board.post", "posts this node's claims on the claims board", board.post },

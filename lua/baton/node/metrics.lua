@@ -170,7 +170,7 @@ end
 -- A worker's reply came secs after the run was sent, less its own time on it.
 function Node:dispatched(secs) self.dispatch:observe(nil, secs > 0 and secs or 0) end
 
--- This node handled a run of a lost node (leader.lua); state is the
+-- This node handled a run of a lost node (node/orphans.lua); state is the
 -- record's new state ("retrying" when it waits for another attempt).
 function Node:orphan(job, state)
   self.orphans:inc({ job_name = job })

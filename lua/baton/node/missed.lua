@@ -34,7 +34,7 @@ function M.skip(self, name, j, id, pmod, req, why)
   return r and r.succeeded or false
 end
 
--- The leader's misfire check for events (next to leader.misfires, with its
+-- The leader's misfire check for events (called by misfires.check, with its
 -- horizon: entries older than it were claimable and nobody claimed them).
 -- Per event job: a paused one records its events skipped; past
 -- starting_deadline, skipped; misfire = "skip" skips them, "run_once" keeps

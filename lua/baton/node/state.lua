@@ -73,14 +73,15 @@ M.FIELDS = {
   { "executing", "node/runs", "runs whose end is not recorded yet" },
   { "claims", "node/runs", "claims made, for the claim tokens" },
   { "cancels", "node/runs", "{[job/id] = request}: cancels that came before their run" },
-  -- the leader's housekeeping (node/leader.lua)
-  { "marks", "node/leader", "{[job] = last instant accounted for}: the misfire marks" },
-  { "mfq", "node/leader", "the misfire queue: jobs by when their next check is due" },
-  { "mf_queued", "node/leader", "{[job] = true}: jobs in the misfire queue" },
-  { "mf_todo", "node/leader", "{[job] = true}: jobs whose marks are not seeded yet" },
-  { "outage", "node/leader", "{[job] = since}: misfires seen during an outage" },
-  { "prune_dirty", "node/leader", "{[job] = true}: jobs with new records to prune" },
-  { "prune_sweep", "node/leader", "the history sweep under way" },
+  -- the leader's housekeeping (node/leader.lua): the misfire check
+  -- (node/misfires.lua) and history pruning (node/prune.lua)
+  { "marks", "node/misfires", "{[job] = last instant accounted for}: the misfire marks" },
+  { "mfq", "node/misfires", "the misfire queue: jobs by when their next check is due" },
+  { "mf_queued", "node/misfires", "{[job] = true}: jobs in the misfire queue" },
+  { "mf_todo", "node/misfires", "{[job] = true}: jobs whose marks are not seeded yet" },
+  { "outage", "node/misfires", "{[job] = since}: misfires seen during an outage" },
+  { "prune_dirty", "node/prune", "{[job] = true}: jobs with new records to prune" },
+  { "prune_sweep", "node/prune", "the history sweep under way" },
   -- the rest
   { "clock", "node/clock", "{offset, error, correction, ref, known, skewed, ...}" },
   { "clock_state", "node/clock", "the clock's samples and base" },

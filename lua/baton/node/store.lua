@@ -17,7 +17,9 @@ local etcd = require "baton.etcd"
 local events = require "baton.events"
 local sign = require "baton.sign"
 local runs = require "baton.node.runs"
-local leader = require "baton.node.leader"
+local misfires = require "baton.node.misfires"
+local orphans = require "baton.node.orphans"
+local prune = require "baton.node.prune"
 local queue = require "baton.node.queue"
 local decide = require "baton.node.decide"
 local triggers = require "baton.node.triggers"
@@ -117,7 +119,7 @@ local function finish_job(self, name, kv, spec, err)
               loaded_at = cur and cur.loaded_at or baton.now() }
   self.jobs[name] = j
   events.note(self, name, spec)
-  leader.job_changed(self, name)
+  misfires.job_changed(self, name)
   if listing and not cur then
     listing.loaded = listing.loaded + 1
   else
@@ -364,12 +366,9 @@ local function on_event(self, ev)
     if ev.type == "put" then
       self.go(triggers.on_trigger, self, key, ev.kv.value)
       -- (a run by hand: a new record, which the leader's next history
-      -- pruning counts, node/leader.lua)
+      -- pruning counts, node/prune.lua)
       local job = self.leader and rest:match("^([^/]+)/")
-      if job then
-        self.prune_dirty = self.prune_dirty or {}
-        self.prune_dirty[job] = true
-      end
+      if job then prune.note(self, job) end
     end
   elseif kind == "pending" then
     if ev.type == "put" then self.go(triggers.on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
@@ -396,7 +395,7 @@ local function on_event(self, ev)
       elseif not ev.kv.lease then decide.set_node(self, name, nil) end
     else
       decide.set_node(self, name, nil)
-      if name ~= self.name then self.go(leader.node_gone, self) end
+      if name ~= self.name then self.go(orphans.node_gone, self) end
     end
   end
 end

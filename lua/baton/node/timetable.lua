@@ -24,7 +24,7 @@
 --   put back at its next instant after max(that instant, now - 1): the
 --   instant of the current second, when there is one, fires next, at once.
 --   The instants in between are not run here; they are the leader's misfire
---   accounting (node/leader.lua).
+--   accounting (node/misfires.lua).
 -- - Backward: computed instants are kept, so nothing fires twice; an entry
 --   waits until self.now() reaches its instant again. There is no threshold
 --   beyond which the entries are computed afresh: after a backward move of
