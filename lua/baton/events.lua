@@ -62,7 +62,7 @@ local M = {}
 -- Whether a run of the job due at fire may still start at now (its
 -- starting_deadline), and the reason one that may not is recorded skipped
 -- for: the leader's misfire checks and a node whose workers were all busy
--- (node/runs.lua) say the same.
+-- (node/claim.lua) say the same.
 function M.in_time(spec, fire, now)
   return not spec.starting_deadline or now - fire <= spec.starting_deadline
 end

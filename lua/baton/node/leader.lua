@@ -14,6 +14,7 @@
 --     kept output (output/<job>/<id>/@..., output.lua) goes with it.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local cancel = require "baton.node.cancel"
 local run_end = require "baton.run_end"
 local keys = require "baton.keys"
 local record = require "baton.record"
@@ -72,7 +73,7 @@ local function check_inflight(self, job, id)
   local decision
   if r.responses[5].count > 0 then
     -- Asked to stop for good (replace, baton job kill): not run again.
-    local c = runs.cancel_request(r.responses[5].kvs[1].value)
+    local c = cancel.cancel_request(r.responses[5].kvs[1].value)
     decision = "killed"
     rec = record.killed(rec, now, c.reason .. "; " .. why, c.by)
   else
@@ -423,7 +424,7 @@ function M.settle_misfires(self, name, j, missed, now)
                      { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
       -- Any eligible node runs it, as the job's policy orders them: a
-      -- pending entry for its first attempt (node/triggers.lua, runs.take_pending).
+      -- pending entry for its first attempt (node/triggers.lua, claim.take_pending).
       local r = e:txn { compare = absent, success = { { put = { key = pk, value = json.encode {
         at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
       if r and r.succeeded then ran = ran + 1 end
