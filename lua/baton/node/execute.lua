@@ -10,6 +10,7 @@ local record = require "baton.record"
 local run_end = require "baton.run_end"
 local protocol = require "baton.worker.protocol"
 local decide = require "baton.node.decide"
+local limits = require "baton.limits"
 local runs = require "baton.node.runs"
 local json = baton.json
 
@@ -146,7 +147,7 @@ local function attempt(self, run, fence, rec)
   end
   -- (its containment process ended every process of the run: limits.lua)
   if w.memory and ended.code == baton._contain_oom then
-    return "failed", require("baton.limits").oom_error(w.memory)
+    return "failed", limits.oom_error(w.memory)
   end
   if ended.signal then return "failed", format("worker killed by signal %d", ended.signal) end
   if ended.error then return "failed", "worker lost: " .. tostring(ended.error) end
