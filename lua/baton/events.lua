@@ -20,7 +20,7 @@
 --      back, never made twice). A retried attempt (state retrying) writes no
 --      final record, so it makes no event.
 --   2. Every node follows pending/ (node/triggers.lua); each eligible node takes its
---      turn from the event job's policy and claims the entry with runs.claim,
+--      turn from the event job's policy and claims the entry with claim.claim,
 --      the claim path of every run: the event run's record must not exist,
 --      the entry must be at the revision read, and it is deleted in the same
 --      transaction. One node wins.
@@ -62,7 +62,7 @@ local M = {}
 -- Whether a run of the job due at fire may still start at now (its
 -- starting_deadline), and the reason one that may not is recorded skipped
 -- for: the leader's misfire checks and a node whose workers were all busy
--- (node/runs.lua) say the same.
+-- (node/claim.lua) say the same.
 function M.in_time(spec, fire, now)
   return not spec.starting_deadline or now - fire <= spec.starting_deadline
 end

@@ -2,8 +2,8 @@
 -- built here and nowhere else: one constructor per state a record takes,
 -- the entry each attempt leaves in attempts[], the job's last run (P
 -- last/<job>) and their JSON. Values only: the keys are keys.lua's, the
--- transactions that write them node/runs.lua's (and the leader's, events'
--- and the worker's, which call these). No etcd, no node: every constructor
+-- transactions that write them node/claim.lua's and run_end.lua's (and
+-- the leader's, events' and the worker's, which call these). No etcd, no node: every constructor
 -- takes what it needs and returns a new table, leaving the record it was
 -- given as it was.
 --
@@ -58,7 +58,7 @@ function M.encode(rec)
 end
 
 -- Attempt run.attempt of run, claimed by node at now: state "running". run
--- is the node's run (node/runs.lua): job, fire, manual, task = {key =},
+-- is the node's run (node/claim.lua): job, fire, manual, task = {key =},
 -- shard = {index =}, event. o: code_revision (the job's, as loaded), token
 -- (the claim's: a lost answer is read back by it), exclusive (the run holds
 -- the job's active/ key), params (a first attempt's), prev (the record of
@@ -167,7 +167,7 @@ function M.last(id, rec)
 end
 
 -- The JSON of M.last for P last/<job>, the id first: values then compare
--- as the run keys do (node/runs.lua, last_op).
+-- as the run keys do (run_end.lua, last_op).
 function M.last_value(id, rec)
   local l = M.last(id, rec)
   l.run = nil

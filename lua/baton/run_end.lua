@@ -1,7 +1,7 @@
 -- Writing a run's end: the transaction that records how an attempt ended
 -- (M.write), fenced by the attempt's claim, with the operations that end a
 -- run for good (M.final_ops) and the write of P last/<job>, the job's
--- newest run (M.last_op). The node writes every end (node/runs.lua, and
+-- newest run (M.last_op). The node writes every end (node/execute.lua, and
 -- the leader's housekeeping, node/orphans.lua and node/misfires.lua); a worker writes a success itself when its
 -- node is slow to (worker/main.lua, handoff): both use this module, so
 -- that of the two writes at most one applies.
@@ -25,7 +25,7 @@ local TEXT = { nul = "replace" }
 -- {"run":"<id># (one more than '"') is comparing the ids as etcd orders
 -- keys: the stored id is the same or older exactly when the value is less.
 -- A missing key compares false on its value, hence the inner create == 0;
--- when the caller knows the key is there (exists: see node/runs.lua, claim), that
+-- when the caller knows the key is there (exists: see node/claim.lua, claim_txn), that
 -- branch, which carries the value a second time, is left out.
 function M.last_op(P, job, id, rec, exists)
   local key, value = keys.key(P, "last", job), record.last_value(id, rec)

@@ -1,4 +1,4 @@
--- P last/<job> (lua/baton/node/runs.lua, M.last_op): every write of a run
+-- P last/<job> (lua/baton/run_end.lua, M.last_op): every write of a run
 -- record also makes last/<job> name the job's newest run (in the order of
 -- the run keys), whatever order the writes come in; and job ls reads it,
 -- falling back to the newest record for a job that has none.

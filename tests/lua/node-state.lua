@@ -38,8 +38,9 @@ T.is(table.concat(state.undeclared { name = "a", bogus = 1, zz = 2 }, ","), "bog
 -- 3. Every field the node's modules read or set is declared: `self.x` in
 -- the modules whose `self` is the node, `node.x` where the node is called so.
 local self_files = { "node/init", "node/session", "node/store", "node/timetable", "node/triggers",
-                     "node/decide", "node/gc", "node/runs", "node/leader", "node/orphans", "node/misfires",
-                     "node/prune", "node/clock", "node/queue", "node/secrets", "node/http", "events" }
+                     "node/decide", "node/gc", "node/runs", "node/claim", "node/execute", "node/cancel",
+                     "node/leader", "node/orphans", "node/misfires", "node/prune", "node/clock", "node/queue",
+                     "node/secrets", "node/http", "events" }
 local node_files = { "node/pool", "node/board", "events" }
 local function used(files, var, out)
   for _, m in ipairs(files) do

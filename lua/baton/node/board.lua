@@ -6,7 +6,7 @@
 -- Every eligible node goes for every instant of a job, each after its
 -- policy's claim_delay (node/triggers.lua, instant_due; queue tasks likewise,
 -- node/queue.lua). The node ranked first claims at once; each of the
--- others, when its turn comes, used to read the run key first (runs.lua,
+-- others, when its turn comes, used to read the run key first (claim.lua,
 -- taken): one etcd read per instant for every node but one, so a cluster's
 -- cost per instant grew with its size.
 --

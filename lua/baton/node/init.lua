@@ -6,7 +6,7 @@
 -- difference after a compaction: node/store.lua), one timetable of every
 -- job's next instant (node/timetable.lua), and claims: an instant runs only
 -- on the node whose transaction creates P runs/<job>/<instant>
--- (node/triggers.lua, node/decide.lua, node/runs.lua). Runs execute in a
+-- (node/triggers.lua, node/decide.lua, node/claim.lua). Runs execute in a
 -- pool of worker processes (`baton worker`, node/pool.lua), so nothing a
 -- job does can stall the conductor's keepalives, watches and timers.
 --

@@ -126,7 +126,7 @@ function M.for_node()
   return m
 end
 
--- A run's attempt was claimed here and starts now (runs.execute): the
+-- A run's attempt was claimed here and starts now (execute.lua): the
 -- first attempt of a scheduled instant counts its lateness.
 function Node:run_started(run, rec)
   if rec.attempt == 1 and not (run.manual or run.task or run.event) and type(run.fire) == "number" then
@@ -135,7 +135,7 @@ function Node:run_started(run, rec)
   end
 end
 
--- An attempt executed here ended in state (runs.execute); recorded: its end
+-- An attempt executed here ended in state (execute.lua); recorded: its end
 -- is written; retrying: it waits for another attempt (delay not nil).
 function Node:attempt_ended(run, rec, state, recorded, retrying)
   self.duration:observe({ job_name = run.job }, rec.duration or 0)

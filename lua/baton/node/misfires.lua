@@ -339,7 +339,7 @@ function M.settle(self, name, j, missed, now)
                      { key = pk, target = "create", op = "==", value = 0 } }
     if runs_it(m) then
       -- Any eligible node runs it, as the job's policy orders them: a
-      -- pending entry for its first attempt (node/triggers.lua, runs.take_pending).
+      -- pending entry for its first attempt (node/triggers.lua, claim.take_pending).
       local r = e:txn { compare = absent, success = { { put = { key = pk, value = json.encode {
         at = now, attempt = 1, reason = "misfire", fire = m.fire } } } } }
       if r and r.succeeded then ran = ran + 1 end

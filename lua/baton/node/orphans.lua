@@ -11,6 +11,7 @@
 -- one node hand a run out.
 local baton = require "baton"
 local runs = require "baton.node.runs"
+local cancel = require "baton.node.cancel"
 local run_end = require "baton.run_end"
 local keys = require "baton.keys"
 local record = require "baton.record"
@@ -64,7 +65,7 @@ local function check_inflight(self, job, id)
   local decision
   if r.responses[5].count > 0 then
     -- Asked to stop for good (replace, baton job kill): not run again.
-    local c = runs.cancel_request(r.responses[5].kvs[1].value)
+    local c = cancel.cancel_request(r.responses[5].kvs[1].value)
     decision = "killed"
     rec = record.killed(rec, now, c.reason .. "; " .. why, c.by)
   else

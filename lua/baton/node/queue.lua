@@ -13,7 +13,7 @@
 -- create revision, then by key (tasks of one push transaction share a
 -- revision; their ids sort in push order). The dispatcher waits for a worker
 -- slot (first come, first served with the node's other runs), takes the
--- first ready task and starts it (runs.start: the one claim path), and goes
+-- first ready task and starts it (claim.start: the one claim path), and goes
 -- on while slots are free, so that the claims of several free slots leave at
 -- once (and can share a request). 10,000 queued tasks cost a heap entry
 -- each, not a coroutine. A node thus works through the tasks it ranks first
@@ -21,7 +21,7 @@
 -- that node's grace: busy nodes rarely race for one task.
 local baton = require "baton"
 local keys = require "baton.keys"
-local runs = require "baton.node.runs"
+local claim = require "baton.node.claim"
 local decide = require "baton.node.decide"
 local heap = require "baton.heap"
 local etcd = require "baton.etcd"
@@ -127,7 +127,7 @@ local function remove(qs, key)
   end
 end
 
--- One task, taken by the dispatcher: claims and runs it (runs.start takes
+-- One task, taken by the dispatcher: claims and runs it (claim.start takes
 -- the worker slot itself: the dispatcher waited for one to be free and let
 -- it go just before).
 local function run_task(self, qs, name, j, t)
@@ -135,7 +135,7 @@ local function run_task(self, qs, name, j, t)
   wake(qs)
   local run = { job = name, id = t.key:match("[^/]+$"), fire = baton.now(), spec = j.spec,
                 task = { key = t.key, value = t.value } }
-  runs.start(self, run, {
+  claim.start(self, run, {
     force = true, -- tasks of one queue run in parallel by design
     turn = t.later and "later" or "first", -- (the claims board: node/board.lua)
     -- the task is still there, as this node saw it
@@ -159,7 +159,7 @@ local function dispatch(self, q, qs)
       wait(qs, t.ready - now)
     else
       -- Wait for a free slot, then let it go to run_task, which starts at
-      -- once (runs.start takes a free slot without waiting); go on when it
+      -- once (claim.start takes a free slot without waiting); go on when it
       -- has, so that this loop never holds more than one task in hand.
       if not self.pool:with_slot(nil, function()
         t = first(qs)

@@ -68,11 +68,11 @@ M.FIELDS = {
   -- ({[key] = mod revision}: pending runs being taken)
   { "triggers", "node/triggers", "the triggers' own state (above)" },
   { "timetable", "node/timetable", "heap of every job's next instant" },
-  -- runs (node/runs.lua)
-  { "nrunning", "node/runs", "runs executing on this node" },
-  { "executing", "node/runs", "runs whose end is not recorded yet" },
-  { "claims", "node/runs", "claims made, for the claim tokens" },
-  { "cancels", "node/runs", "{[job/id] = request}: cancels that came before their run" },
+  -- runs (node/claim.lua, node/execute.lua, node/cancel.lua)
+  { "nrunning", "node/execute", "runs executing on this node" },
+  { "executing", "node/execute", "runs whose end is not recorded yet" },
+  { "claims", "node/claim", "claims made, for the claim tokens" },
+  { "cancels", "node/cancel", "{[job/id] = request}: cancels that came before their run" },
   -- the leader's housekeeping (node/leader.lua): the misfire check
   -- (node/misfires.lua) and history pruning (node/prune.lua)
   { "marks", "node/misfires", "{[job] = last instant accounted for}: the misfire marks" },

@@ -9,7 +9,7 @@
 --
 -- The same watches bring the registered nodes (node/decide.lua keeps
 -- them), manual runs and pending attempts (node/triggers.lua) and cancels
--- (node/runs.lua): on_event dispatches them.
+-- (node/cancel.lua): on_event dispatches them.
 local baton = require "baton"
 local stored = require "baton.stored"
 local keys = require "baton.keys"
@@ -17,6 +17,7 @@ local etcd = require "baton.etcd"
 local events = require "baton.events"
 local sign = require "baton.sign"
 local runs = require "baton.node.runs"
+local cancel = require "baton.node.cancel"
 local misfires = require "baton.node.misfires"
 local orphans = require "baton.node.orphans"
 local prune = require "baton.node.prune"
@@ -113,7 +114,7 @@ local function finish_job(self, name, kv, spec, err)
   end
   self.bad[name] = nil
   -- (sent with a run to a worker that has not seen it, with what its
-  -- signature is checked against there: runs.lua)
+  -- signature is checked against there: node/execute.lua)
   spec.source, spec.created, spec.version = source, kv.create_revision, kv.version
   local j = { spec = spec, paused = self.paused[name] or false,
               loaded_at = cur and cur.loaded_at or baton.now() }
@@ -375,7 +376,7 @@ local function on_event(self, ev)
   elseif kind == "cancel" then
     if ev.type == "put" then
       local job, id = keys.split(P, "cancel", key)
-      if job then runs.cancel_local(self, job, id, ev.kv.value) end
+      if job then cancel.cancel_local(self, job, id, ev.kv.value) end
     end
   elseif kind == "nodes" then
     local name = rest

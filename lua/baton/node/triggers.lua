@@ -2,7 +2,7 @@
 -- (instant_due, called by node/timetable.lua), a manual run was requested
 -- (on_trigger: P trigger/<job>/<id>), a run waits for its next attempt
 -- (on_pending: P pending/<job>/<id>). Each asks the job's policy for this
--- node's turn (node/decide.lua) and claims through node/runs.lua.
+-- node's turn (node/decide.lua) and claims through node/claim.lua.
 --
 -- A later turn at an instant (the policy's claim_delay > 0) waits on the
 -- turns heap (self.triggers.turns, owned here), which the timetable's loop serves
@@ -14,6 +14,8 @@ local util = require "baton.util"
 local heap = require "baton.heap"
 local policymod = require "baton.policy"
 local runs = require "baton.node.runs"
+local claim = require "baton.node.claim"
+local cancel = require "baton.node.cancel"
 local decide = require "baton.node.decide"
 local json = baton.json
 
@@ -22,12 +24,12 @@ local M = {}
 local SHARD_GRACE = 1 -- seconds before a node takes a shard assigned to another
 
 -- Claims one instant of job version j (id: util.instant(fire)) on this
--- node's turn ("first" or "later", see runs.start).
+-- node's turn ("first" or "later", see claim.start).
 local function claim_instant(self, name, j, fire, id, turn)
   if self.stopping or self.jobs[name] ~= j or j.paused then return end
   local run = { job = name, id = id, fire = fire, spec = j.spec }
-  if j.spec.concurrency == "replace" and not runs.replace_active(self, run) then return end
-  runs.start(self, run, { turn = turn })
+  if j.spec.concurrency == "replace" and not cancel.replace_active(self, run) then return end
+  claim.start(self, run, { turn = turn })
 end
 
 -- A sharded job's instant is one run per shard: this node claims the
@@ -40,7 +42,7 @@ local function claim_shards(self, name, j, fire)
     self.go(function()
       if a[i] ~= self.name then baton.sleep(SHARD_GRACE) end
       if self.stopping or self.jobs[name] ~= j or j.paused then return end
-      runs.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
+      claim.start(self, { job = name, id = instant .. "/" .. i, fire = fire, spec = spec,
                          shard = runs.shard_of(spec, instant .. "/" .. i) },
                  { turn = a[i] == self.name and "first" or "later" })
     end)
@@ -88,7 +90,7 @@ function M.turns_due(self)
   while t[1] and t[1].at <= mono do
     local ev = heap.pop(t, due_first)
     local id = util.instant(ev.fire)
-    if self.jobs[ev.name] == ev.j and not ev.j.paused and not runs.taken_elsewhere(self, ev.name, id) then
+    if self.jobs[ev.name] == ev.j and not ev.j.paused and not claim.taken_elsewhere(self, ev.name, id) then
       self.go(claim_instant, self, ev.name, ev.j, ev.fire, id, "later")
     end
   end
@@ -109,7 +111,7 @@ function M.on_trigger(self, key, value)
   if self.stopping then return end
   local run = { job = name, id = util.manual_id(at), fire = at, spec = j.spec, manual = true,
                 params = type(req.params) == "table" and req.params or nil, unfit = unfit }
-  runs.start(self, run, {
+  claim.start(self, run, {
     force = req.force == true,
     extra_compare = { { key = key, target = "create", op = ">", value = 0 } },
     extra_success = { { delete = { key = key } } },
@@ -122,7 +124,7 @@ end
 -- instant the leader found missed). Every node that may run the job takes
 -- its turn from the job's policy, as for a first run (the key it ranks is
 -- the pending key and the attempt), once the attempt is due; the claim
--- (runs.take_pending) succeeds on one node only. While etcd
+-- (claim.take_pending) succeeds on one node only. While etcd
 -- cannot be asked, it tries again; it stops once the entry is gone or
 -- changed (mod is its mod revision: a new entry gets a turn of its own).
 function M.on_pending(self, key, value, mod)
@@ -140,7 +142,7 @@ function M.on_pending(self, key, value, mod)
     if delay == nil then return end
     if delay > 0 then baton.sleep(delay) end
     while not self.stopping and self.jobs[job] do
-      local ran, why = runs.take_pending(self, job, self.jobs[job], id, mod)
+      local ran, why = claim.take_pending(self, job, self.jobs[job], id, mod)
       if ran ~= nil or why ~= "again" then return end
       baton.sleep(1)
     end

@@ -35,7 +35,7 @@
 -- and below them ops/store.lua (storing a checked source), ops/cycles.lua
 -- (trigger cycles through the stored jobs) and ops/common.lua (errors, the
 -- name check, the source size limit). They use the node's modules for what
--- a run's keys hold (node/runs.lua, output.lua), and baton.keys,
+-- a run's keys hold (node/cancel.lua, output.lua), and baton.keys,
 -- baton.util, baton.versions, baton.stored below that; nothing of the CLI.
 local M = {}
 

@@ -35,7 +35,7 @@ function M.queue_push(queue, value)
   end
   if type(value) ~= "string" then return fail("EINVAL: the task value must be a string", "EINVAL") end
   if value:find("\0", 1, true) then
-    -- (a run is given text: node/runs.lua would record it failed, unfit)
+    -- (a run is given text: node/execute.lua would record it failed, runs.unfit)
     return fail("EINVAL: a task cannot hold a NUL byte; nothing was stored", "EINVAL")
   end
   local key = keys.key(util.prefix(), "queue", queue, util.time_id())

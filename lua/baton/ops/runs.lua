@@ -7,7 +7,7 @@ local util = require "baton.util"
 local job = require "baton.job"
 local keys = require "baton.keys"
 local stored = require "baton.stored"
-local node_runs = require "baton.node.runs"
+local node_cancel = require "baton.node.cancel"
 local output = require "baton.output"
 local common = require "baton.ops.common"
 local cluster = require "baton.ops.cluster"
@@ -299,7 +299,7 @@ function M.kill_job(name, opts)
   local targets, err, code = kill_targets(name, opts.id)
   if not targets then return nil, err, code end
   local who = opts.by or util.who()
-  local value = node_runs.cancel_value("killed by " .. who, who)
+  local value = node_cancel.cancel_value("killed by " .. who, who)
   local killed = {}
   for _, t in ipairs(targets) do
     local k = keys.run(util.prefix(), name, t.id)

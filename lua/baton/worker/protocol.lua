@@ -1,5 +1,5 @@
 -- The conductor<->worker protocol: every message between a node (its pool,
--- node/pool.lua, and its runs, node/runs.lua) and one of its pooled
+-- node/pool.lua, and its runs, node/execute.lua) and one of its pooled
 -- workers (`baton worker`, worker/main.lua). They speak over the worker's
 -- channel (baton.spawn{..., channel = true}), one JSON object a line; this
 -- module encodes and decodes every message, and nothing else spells one.
@@ -30,7 +30,7 @@
 -- JSON text holds no NUL byte: one in a message's text (an error, a name
 -- read from etcd) is sent as U+FFFD (baton.json's nul = "replace"), never
 -- raised, so that a message is always sent. (What a run is given holds
--- none: node/runs.lua refuses such a run first; a fenced put with one goes
+-- none: node/execute.lua refuses such a run first; a fenced put with one goes
 -- straight to etcd, worker/main.lua.)
 --
 -- A line that is not one of these messages decodes to nil, "EPROTO: ...",
