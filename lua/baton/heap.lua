@@ -1,5 +1,6 @@
 -- A binary min-heap in a Lua array, ordered by less(a, b): the node's
--- timetable (node/timetable.lua) and each queue's waiting tasks (node/queue.lua).
+-- timetable (node/timetable.lua), the leader's misfire queue
+-- (node/misfires.lua) and each queue's waiting tasks (node/queue.lua).
 --
 --   heap.push(h, x, less)        heap.pop(h, less) --> the least, removed
 local M = {}

@@ -10,6 +10,7 @@ local baton = require "baton"
 local runs = require "baton.node.runs"
 local run_end = require "baton.run_end"
 local keys = require "baton.keys"
+local heap = require "baton.heap"
 local record = require "baton.record"
 local events = require "baton.events"
 local unrun = require "baton.node.missed"
@@ -133,48 +134,18 @@ local function misfire_plan(self, name, j, now, horizon)
   return { name = name, j = j, from = from, cand = cand }
 end
 
--- The misfire queue: a min-heap, in three parallel arrays, of (the next
--- instant after a job's mark, job name, job revision), so that a check
+-- The misfire queue: a min-heap (baton.heap) of {due = the next instant
+-- after a job's mark, name = the job, rev = its revision}, so that a check
 -- looks only at the jobs with an instant up to its horizon, not at every
 -- job: a node with 100,000 jobs due once a year does nothing for them
 -- between their instants. A job enters it when the leader first sees its
 -- version (M.job_changed, and every job when a term starts); an entry
 -- whose job was replaced or removed is dropped when it comes up
--- (self.mf_queued[name] names the revision of the one live entry).
-local function mf_push(q, due, name, rev)
-  local i = q.n + 1
-  q.n = i
-  local d, nm, rv = q.due, q.name, q.rev
-  while i > 1 do
-    local p = (i - i % 2) / 2
-    if d[p] <= due then break end
-    d[i], nm[i], rv[i] = d[p], nm[p], rv[p]
-    i = p
-  end
-  d[i], nm[i], rv[i] = due, name, rev
-end
-
-local function mf_pop(q)
-  local d, nm, rv, n = q.due, q.name, q.rev, q.n
-  local due, name, rev = d[1], nm[1], rv[1]
-  local ld, ln, lr = d[n], nm[n], rv[n]
-  d[n], nm[n], rv[n] = nil, nil, nil
-  n = n - 1
-  q.n = n
-  if n > 0 then
-    local i = 1
-    while true do
-      local c = 2 * i
-      if c > n then break end
-      if c < n and d[c + 1] < d[c] then c = c + 1 end
-      if ld <= d[c] then break end
-      d[i], nm[i], rv[i] = d[c], nm[c], rv[c]
-      i = c
-    end
-    d[i], nm[i], rv[i] = ld, ln, lr
-  end
-  return due, name, rev
-end
+-- (self.mf_queued[name] names the revision of the one live entry). It is
+-- not the node's timetable (node/timetable.lua): that holds each job's
+-- next instant from now, this one the next after the leader's mark, which
+-- is mostly in the past, for one term.
+local function due_first(a, b) return a.due < b.due end
 
 -- Queues job name (version j) at its next instant after its mark.
 local function mf_queue(self, name, j)
@@ -183,7 +154,7 @@ local function mf_queue(self, name, j)
   local due = j.spec.cron:next(self.marks[name])
   if not due then self.mf_queued[name] = nil; return end
   self.mf_queued[name] = rev
-  mf_push(self.mfq, due, name, rev)
+  heap.push(self.mfq, { due = due, name = name, rev = rev }, due_first)
 end
 
 -- A job version was loaded (node/store.lua, on the leader): the next misfire
@@ -195,7 +166,7 @@ end
 -- A new term (node/leader.lua): every job is looked at once.
 function M.start(self)
   self.marks = self.marks or {}
-  self.mfq = { n = 0, due = {}, name = {}, rev = {} }
+  self.mfq = {}
   self.mf_queued, self.mf_todo = {}, {}
   for name in pairs(self.jobs) do self.mf_todo[name] = true end
 end
@@ -222,8 +193,9 @@ end
 local function take_due(self, now, horizon)
   local plans, popped = {}, {}
   local q = self.mfq
-  while q.n > 0 and q.due[1] <= horizon do
-    local _, name, rev = mf_pop(q)
+  while q[1] and q[1].due <= horizon do
+    local top = heap.pop(q, due_first)
+    local name, rev = top.name, top.rev
     if self.mf_queued[name] == rev then
       self.mf_queued[name] = nil
       local j = self.jobs[name]
