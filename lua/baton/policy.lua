@@ -69,12 +69,8 @@ end
 -- True when mod decides in the sandbox (a decision waits for it).
 function M.is_remote(mod) return remote[mod] ~= nil end
 
-local function typename(v)
-  if v == nil then return "nil" end
-  local t = type(v)
-  if t == "number" and v ~= v then return "NaN" end
-  return t
-end
+-- A value's type as messages name it (NaN apart): the job checks' own.
+local typename = require("baton.job.spec").typename
 
 ---------------------------------------------------------------------------
 -- bounded calls
