@@ -137,7 +137,7 @@ function M.fence(self)
           self.go(triggers.on_pending, self, kv.key, kv.value, kv.mod_revision)
         end
         for _, kv in ipairs(r and r.responses[2].kvs or {}) do
-          self.go(triggers.on_trigger, self, kv.key, kv.value)
+          self.go(triggers.on_trigger, self, kv.key, kv.value, kv.mod_revision)
         end
         queue.resync(self)
         break

@@ -65,7 +65,8 @@ M.FIELDS = {
   { "decisions", "node/decide", "the policy gateway's own state (above)" },
   -- claims (node/triggers.lua, node/timetable.lua); the triggers' own:
   -- turns (heap of this node's later turns at instants), pending_seen
-  -- ({[key] = mod revision}: pending runs being taken)
+  -- ({[key] = mod revision}: pending runs being taken), parked ({[job] =
+  -- {[key] = request}}: requests of jobs not loaded yet) and nparked
   { "triggers", "node/triggers", "the triggers' own state (above)" },
   { "timetable", "node/timetable", "heap of every job's next instant" },
   -- runs (node/claim.lua, node/execute.lua, node/cancel.lua)
@@ -115,7 +116,7 @@ function M.new(opts)
     jobs = {}, bad = {}, paused = {}, nodes = {}, nrunning = 0, executing = 0, queues = {},
     timetable = {}, policies = {}, store_version = 0,
     store = { want = {}, want_policy = {}, bad_policies = {}, status_inflight = 0 },
-    triggers = { turns = {}, pending_seen = {} },
+    triggers = { turns = {}, pending_seen = {}, parked = {}, nparked = 0 },
     decisions = { warned = {} },
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers,
     pid = opts.pid, metrics = opts.metrics,

@@ -130,6 +130,7 @@ local function finish_job(self, name, kv, spec, err)
       schedule = spec.schedule or (spec.queue and "queue:" .. spec.queue) or "on events" })
   end
   put_status(self, name, rev, nil)
+  if not cur then triggers.job_loaded(self, name) end
   if spec.queue then
     queue.follow(self, spec.queue)
   else
@@ -337,7 +338,9 @@ local function list_all(self)
     local ok, n = pcall(json.decode, kv.value)
     if ok and type(n) == "table" and n.name and kv.lease then decide.set_node(self, n.name, n) end
   end
-  for _, kv in ipairs(others[4].kvs) do self.go(triggers.on_trigger, self, kv.key, kv.value) end
+  for _, kv in ipairs(others[4].kvs) do
+    self.go(triggers.on_trigger, self, kv.key, kv.value, kv.mod_revision)
+  end
   for _, kv in ipairs(others[6].kvs) do
     self.go(triggers.on_pending, self, kv.key, kv.value, kv.mod_revision)
   end
@@ -365,14 +368,17 @@ local function on_event(self, ev)
     else remove_policy(self, name) end
   elseif kind == "trigger" then
     if ev.type == "put" then
-      self.go(triggers.on_trigger, self, key, ev.kv.value)
+      self.go(triggers.on_trigger, self, key, ev.kv.value, ev.kv.mod_revision)
       -- (a run by hand: a new record, which the leader's next history
       -- pruning counts, node/prune.lua)
       local job = self.leader and rest:match("^([^/]+)/")
       if job then prune.note(self, job) end
+    else
+      triggers.unpark(self, key)
     end
   elseif kind == "pending" then
-    if ev.type == "put" then self.go(triggers.on_pending, self, key, ev.kv.value, ev.kv.mod_revision) end
+    if ev.type == "put" then self.go(triggers.on_pending, self, key, ev.kv.value, ev.kv.mod_revision)
+    else triggers.unpark(self, key) end
   elseif kind == "cancel" then
     if ev.type == "put" then
       local job, id = keys.split(P, "cancel", key)
@@ -401,8 +407,10 @@ local function on_event(self, ev)
   end
 end
 
--- Follows jobs/, paused/ and nodes/ through one watch on each, merged by
--- revision; after a compaction, lists again and applies the difference:
+-- Follows jobs/, paused/, nodes/, trigger/, cancel/, policies/ and
+-- pending/ through one watch on each, each applied as it comes (so a
+-- request can come before its job: node/triggers.lua parks it, and
+-- node/cancel.lua keeps a cancel until its run); after a compaction, lists again and applies the difference:
 -- the store's task (node/init.lua).
 function M.follow(self)
   local P, e = self.P, self.e

@@ -8,6 +8,12 @@
 -- turns heap (self.triggers.turns, owned here), which the timetable's loop serves
 -- (turns_due): no coroutine or timer of its own until it is due and still
 -- open.
+--
+-- A trigger or pending entry of a job this node has not loaded (yet) is
+-- parked (self.triggers.parked) until the job loads (job_loaded) or the
+-- key is deleted (unpark): the watches of jobs/ and trigger/ are apart,
+-- and a job's load waits on the sandbox, so `baton job put && baton job
+-- run` can bring the request first.
 local baton = require "baton"
 local keys = require "baton.keys"
 local util = require "baton.util"
@@ -22,6 +28,52 @@ local json = baton.json
 local M = {}
 
 local SHARD_GRACE = 1 -- seconds before a node takes a shard assigned to another
+-- Requests parked at most (each is a key in etcd, which a listing brings
+-- again: past this many, one is dropped with a warning rather than kept).
+M.MAX_PARKED = 10000
+
+-- Keeps a request (handle: M.on_trigger or M.on_pending, and its key,
+-- value and mod revision) of job name, which this node has not loaded,
+-- until it does.
+local function park(self, name, handle, key, value, mod)
+  local t = self.triggers
+  local byjob = t.parked[name]
+  if not (byjob and byjob[key]) then
+    if t.nparked >= M.MAX_PARKED then
+      baton.log.warn("a request for a job this node has not loaded was dropped: too many wait",
+        { job = name, key = key, parked = t.nparked })
+      return
+    end
+    t.nparked = t.nparked + 1
+  end
+  byjob = byjob or {}
+  t.parked[name] = byjob
+  byjob[key] = { handle = handle, value = value, mod = mod }
+end
+
+-- A trigger or pending key was deleted (claimed, or removed): nothing
+-- waits for it any more.
+function M.unpark(self, key)
+  local t = self.triggers
+  local name = keys.split(self.P, "trigger", key) or keys.split(self.P, "pending", key)
+  local byjob = name and t.parked[name]
+  if not (byjob and byjob[key]) then return end
+  byjob[key], t.nparked = nil, t.nparked - 1
+  if next(byjob) == nil then t.parked[name] = nil end
+end
+
+-- Job name was loaded (node/store.lua): the requests that came before it
+-- are taken now.
+function M.job_loaded(self, name)
+  local t = self.triggers
+  local byjob = t.parked[name]
+  if not byjob then return end
+  t.parked[name] = nil
+  for key, p in pairs(byjob) do
+    t.nparked = t.nparked - 1
+    self.go(p.handle, self, key, p.value, p.mod)
+  end
+end
 
 -- Claims one instant of job version j (id: util.instant(fire)) on this
 -- node's turn ("first" or "later", see claim.start).
@@ -98,10 +150,11 @@ function M.turns_due(self)
 end
 
 -- A manual run was requested (P trigger/<job>/<id>, see baton job run).
-function M.on_trigger(self, key, value)
+function M.on_trigger(self, key, value, mod)
   local name = keys.split(self.P, "trigger", key)
-  local j = name and self.jobs[name]
-  if not j then return end
+  if not name then return end
+  local j = self.jobs[name]
+  if not j then return park(self, name, M.on_trigger, key, value, mod) end
   -- (one that spells a NUL byte is recorded failed, not run: runs.unfit)
   local req, unfit = runs.read_request(value, "trigger")
   local at = tonumber(req.at) or self.now()
@@ -130,6 +183,7 @@ end
 function M.on_pending(self, key, value, mod)
   local job, id = keys.split(self.P, "pending", key)
   if not job or self.triggers.pending_seen[key] == mod then return end
+  if not self.jobs[job] then return park(self, job, M.on_pending, key, value, mod) end
   local ok, req = pcall(json.decode, value)
   if not ok or type(req) ~= "table" then req = {} end
   self.triggers.pending_seen[key] = mod

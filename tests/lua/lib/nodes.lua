@@ -61,15 +61,7 @@ end
 
 -- Waits until every started node reports revision rev of job in its status.
 function C:loaded(job, rev, secs)
-  -- A loopback port free now (for a node's --http): listened on, then let go.
-function M.free_port()
-  local srv = assert(baton.httpd.listen { addr = "127.0.0.1:0", handler = function(req) req:respond(200, {}, "") end })
-  local port = srv.port
-  srv:close()
-  return port
-end
-
-return M.wait(secs or 10, function()
+  return M.wait(secs or 10, function()
     local r = assert(self.e:get(self.P .. "status/" .. job .. "/", { prefix = true }))
     local n = 0
     for _, kv in ipairs(r.kvs) do
