@@ -124,7 +124,7 @@ local node = {
   pool = { busy = { [{}] = {}, [{}] = {} }, idle = { {} }, queued = { [{}] = 1796000001 } },
   clock = { known = true, correction = -0.0123, error = 0.0008 },
   -- (the notifiers' outbox as read from etcd, baton.notify)
-  notify_pending = { ["notify-webhook"] = 3 },
+  health = { notify_pending = { ["notify-webhook"] = 3 } },
 }
 for _ = 1, 5 do m:http_request("GET /metrics", 200) end
 for _ = 1, 2 do m:http_request("GET /api/v1/jobs/{name}", 404) end
@@ -147,9 +147,9 @@ m:rejoined()
 m:resynced()
 local obs = metrics.etcd_observer(node)
 obs("txn", 0.003, nil)
-T.ok(type(node.etcd_ok_at) == "number" and node.etcd_err == nil, "the etcd observer keeps etcd_ok_at")
+T.ok(type(node.health.etcd_ok_at) == "number" and node.health.etcd_err == nil, "the etcd observer keeps etcd_ok_at")
 obs("txn", 1.2, "ETIMEDOUT", "ETIMEDOUT: etcd http://127.0.0.1:2379: timed out")
-T.is(node.etcd_err, "ETIMEDOUT: etcd http://127.0.0.1:2379: timed out", "and etcd_err after a failure")
+T.is(node.health.etcd_err, "ETIMEDOUT: etcd http://127.0.0.1:2379: timed out", "and etcd_err after a failure")
 
 local nt = metrics.render(node)
 fams, problems = X.parse(nt)
@@ -220,7 +220,7 @@ for _, f in pairs(fams) do
 end
 
 -- Known up front: zeros, and no clock offset before it is measured.
-local fresh = { metrics = metrics.for_node(), jobs = {}, bad = {}, started = 1 }
+local fresh = { metrics = metrics.for_node(), jobs = {}, bad = {}, started = 1, health = {} }
 fams = X.parse(metrics.render(fresh))
 T.is(X.value(fams, "baton_session_losses_total"), 0, "session_losses_total is 0 from the start")
 T.is(X.value(fams, "baton_session_rejoins_total"), 0, "session_rejoins_total is 0 from the start")
@@ -251,12 +251,13 @@ T.is(X.value(fams, "baton_leader"), 0, "leader 0 once self.leader is false")
 do
   local m2 = metrics.for_node()
   local n2 = { metrics = m2, jobs = { mailer = { spec = { on = { failed = { "*" } }, params = { channel = "mail" } } },
-                                      plain = { spec = { params = { channel = "x" } } } }, bad = {} }
+                                      plain = { spec = { params = { channel = "x" } } } }, bad = {},
+               health = {} }
   local t2 = metrics.render(n2)
   T.unlike(t2, "baton_notifications_pending", "notifications_pending: nothing before the outbox was read")
-  n2.notify_pending = { ["notify-webhook"] = 2 }
+  n2.health.notify_pending = { ["notify-webhook"] = 2 }
   metrics.render(n2)
-  n2.notify_pending = {}
+  n2.health.notify_pending = {}
   local f2 = X.parse(metrics.render(n2))
   T.is(X.value(f2, "baton_notifications_pending", { job_name = "notify-webhook" }), 0, "a job whose messages went: 0")
   T.is(X.value(f2, "baton_notifications_pending", { job_name = "mailer" }), 0, "a notifier loaded here: 0")
@@ -277,7 +278,7 @@ for i = 1, 10000 do
   if i % 7 == 0 then big:attempt_ended({ job = name }, { duration = 1, state = "failed" }, "failed", 1, nil) end
   big:claim_lost(name)
 end
-local bnode = { metrics = big, jobs = jobs, bad = {}, started = baton.now(), max_workers = 16 }
+local bnode = { metrics = big, jobs = jobs, bad = {}, started = baton.now(), max_workers = 16, health = {} }
 metrics.render(bnode) -- (the first render sorts the new series)
 local best, t_first = math.huge, nil
 for _ = 1, 3 do

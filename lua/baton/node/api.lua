@@ -307,11 +307,11 @@ function API.healthz(self)
 end
 
 -- Whether etcd answered lately: the node's own requests say so
--- (self.etcd_ok_at, set by the etcd observer of node/metrics.lua); else a
+-- (self.health.etcd_ok_at, set by the etcd observer of node/metrics.lua); else a
 -- probe of our own, at most one a second, waited for M.PROBE_WAIT s.
 local function etcd_reachable(self)
   local now = baton.monotime()
-  if self.etcd_ok_at and now - self.etcd_ok_at <= M.ETCD_FRESH then return true end
+  if self.health.etcd_ok_at and now - self.health.etcd_ok_at <= M.ETCD_FRESH then return true end
   local h = self.http
   if h.probe_at and now - h.probe_at < 1 and h.probe_ok ~= nil then return h.probe_ok, h.probe_err end
   if not h.probing then
@@ -338,7 +338,7 @@ function API.readyz(self)
     why = "the job store is not listed yet"
   else
     local ok, err = etcd_reachable(self)
-    if not ok then why = "etcd unreachable: " .. tostring(self.etcd_err or err or "no answer") end
+    if not ok then why = "etcd unreachable: " .. tostring(self.health.etcd_err or err or "no answer") end
   end
   if why then return 503, { status = "not ready", reason = why, node = self.name } end
   return 200, { status = "ready", node = self.name }

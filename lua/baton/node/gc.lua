@@ -52,12 +52,12 @@ M.GC_STEPMUL = 200
 -- Runs fn(...) as a burst (above); bursts may overlap (a listing again
 -- after a compaction while the leader's first check runs).
 function M.burst(self, fn, ...)
-  self.bursts = (self.bursts or 0) + 1
-  if self.bursts == 1 then collectgarbage("setstepmul", M.GC_BURST_STEPMUL) end
+  self.gc.bursts = self.gc.bursts + 1
+  if self.gc.bursts == 1 then collectgarbage("setstepmul", M.GC_BURST_STEPMUL) end
   -- (the traceback is taken where the error was raised, not here)
   local r = { xpcall(fn, debug.traceback, ...) }
-  self.bursts = self.bursts - 1
-  if self.bursts == 0 then collectgarbage("setstepmul", M.GC_STEPMUL) end
+  self.gc.bursts = self.gc.bursts - 1
+  if self.gc.bursts == 0 then collectgarbage("setstepmul", M.GC_STEPMUL) end
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, table.maxn(r))
 end

@@ -35,8 +35,7 @@ function M.run(self)
   -- request, a burst of garbage; from then on a check costs only the jobs
   -- that came due)
   gc.burst(self, misfires.check, self)
-  local left = 0
-  for _ in pairs(self.mf_todo or {}) do left = left + 1 end
+  local left = misfires.unseeded(self)
   log("info", "first misfire check of the term done", { node = self.name, jobs = njobs,
     unseeded = left, seconds = math.floor((baton.monotime() - t0) * 1000) / 1000 })
   -- (with thousands of jobs its responses were tens of MB: hand them back,

@@ -185,8 +185,8 @@ function Node:http_request(route, status) self.http:inc({ code = tostring(status
 
 -- The observer the node installs on its etcd client (client:observe): one
 -- request of operation took secs and failed with code (nil: it succeeded).
--- It also keeps self.etcd_ok_at (monotonic time of the last success) and
--- self.etcd_err ("ECODE: message" of the last failure; nil after a success)
+-- It also keeps self.health.etcd_ok_at (monotonic time of the last success) and
+-- self.health.etcd_err ("ECODE: message" of the last failure; nil after a success)
 -- for /readyz.
 function M.etcd_observer(self)
   return function(op, secs, code, err)
@@ -194,10 +194,10 @@ function M.etcd_observer(self)
     m.etcd_duration:observe({ operation = op }, secs)
     if code then
       m.etcd_errors:inc({ operation = op, code = code })
-      self.etcd_err = err or code
+      self.health.etcd_err = err or code
     else
-      self.etcd_ok_at = baton.monotime()
-      self.etcd_err = nil
+      self.health.etcd_ok_at = baton.monotime()
+      self.health.etcd_err = nil
     end
   end
 end
@@ -228,17 +228,17 @@ end
 -- The outbox of the notifiers (baton.notify) is read from etcd, not known
 -- from the node's own state: the first render starts a reader (on the
 -- node's loop: render itself never waits) that counts it every
--- NOTIFY_EVERY seconds into self.notify_pending ({[job] = n}) and stops
+-- NOTIFY_EVERY seconds into self.health.notify_pending ({[job] = n}) and stops
 -- NOTIFY_IDLE seconds after the last render, so a node nobody scrapes
 -- asks etcd nothing.
 M.NOTIFY_EVERY = 10
 M.NOTIFY_IDLE = 300
 
 local function read_outbox(self)
-  local st = self.notify_reader
+  local st = self.health.notify_reader
   if not st then
     st = {}
-    self.notify_reader = st
+    self.health.notify_reader = st
   end
   st.wanted = baton.monotime()
   if st.running or type(self.go) ~= "function" or not (self.e and self.P) then return end
@@ -247,18 +247,18 @@ local function read_outbox(self)
     local notify = require "baton.notify"
     while not self.stopping and baton.monotime() - st.wanted < M.NOTIFY_IDLE do
       local ok, counts = pcall(notify.pending_counts, self.e, self.P)
-      if ok and counts then self.notify_pending = counts end
+      if ok and counts then self.health.notify_pending = counts end
       baton.sleep(M.NOTIFY_EVERY)
     end
     st.running = false
   end)
 end
 
--- baton_notifications_pending from self.notify_pending: every job in it,
+-- baton_notifications_pending from self.health.notify_pending: every job in it,
 -- and every notifier job loaded (0 when none of its messages waits).
 -- Nothing until the outbox was read once.
 local function notify_gauge(self, m)
-  local counts = self.notify_pending
+  local counts = self.health.notify_pending
   if type(counts) ~= "table" then return end
   local is_notifier = require("baton.notify").is_notifier
   for name, j in pairs(self.jobs or {}) do

@@ -2,9 +2,9 @@
 -- (and shards of instants) of a job that no node started (the cluster was
 -- down, or every claim failed) follow the job's misfire policy and
 -- starting_deadline; every instant or shard not run is recorded as skipped
--- with the reason. It owns where each job's check stands (self.marks,
+-- with the reason. It owns where each job's check stands (self.misfires.marks,
 -- seeded from the job's newest run records), the queue of jobs by their
--- next instant after it (self.mfq), and the outages seen (self.outage).
+-- next instant after it (self.misfires.queue), and the outages seen (self.misfires.outage).
 -- Events no node claimed: node/missed.lua, called from the check.
 local baton = require "baton"
 local runs = require "baton.node.runs"
@@ -79,7 +79,7 @@ local function seed_batch(self, batch, now, failed)
     local oldest = r.responses[2 * k].kvs[1]
     local floor = oldest and M.last_fire(oldest)
     if floor and floor - 0.001 > from then from = floor - 0.001 end
-    self.marks[name] = from
+    self.misfires.marks[name] = from
   end
 end
 
@@ -121,7 +121,7 @@ end
 -- Returns {name, j, from, cand} when there is something to look at.
 local function misfire_plan(self, name, j, now, horizon)
   local spec = j.spec
-  local from = self.marks[name]
+  local from = self.misfires.marks[name]
   if not from or horizon <= from then return end
   local cand, t = {}, from
   while #cand < 1000 do
@@ -129,7 +129,7 @@ local function misfire_plan(self, name, j, now, horizon)
     if not t or t > horizon then break end
     cand[#cand + 1] = t
   end
-  self.marks[name] = cand[#cand] or horizon
+  self.misfires.marks[name] = cand[#cand] or horizon
   if #cand == 0 then return end
   return { name = name, j = j, from = from, cand = cand }
 end
@@ -141,7 +141,7 @@ end
 -- between their instants. A job enters it when the leader first sees its
 -- version (M.job_changed, and every job when a term starts); an entry
 -- whose job was replaced or removed is dropped when it comes up
--- (self.mf_queued[name] names the revision of the one live entry). It is
+-- (self.misfires.queued[name] names the revision of the one live entry). It is
 -- not the node's timetable (node/timetable.lua): that holds each job's
 -- next instant from now, this one the next after the leader's mark, which
 -- is mostly in the past, for one term.
@@ -150,41 +150,50 @@ local function due_first(a, b) return a.due < b.due end
 -- Queues job name (version j) at its next instant after its mark.
 local function mf_queue(self, name, j)
   local rev = j.spec.revision or 0
-  if self.mf_queued[name] == rev then return end
-  local due = j.spec.cron:next(self.marks[name])
-  if not due then self.mf_queued[name] = nil; return end
-  self.mf_queued[name] = rev
-  heap.push(self.mfq, { due = due, name = name, rev = rev }, due_first)
+  if self.misfires.queued[name] == rev then return end
+  local due = j.spec.cron:next(self.misfires.marks[name])
+  if not due then self.misfires.queued[name] = nil; return end
+  self.misfires.queued[name] = rev
+  heap.push(self.misfires.queue, { due = due, name = name, rev = rev }, due_first)
 end
 
 -- A job version was loaded (node/store.lua, on the leader): the next misfire
 -- check queues it (and seeds its mark first if it has none).
 function M.job_changed(self, name)
-  if self.leader and self.mf_todo then self.mf_todo[name] = true end
+  local m = self.misfires
+  if self.leader and m.todo then m.todo[name] = true end
 end
 
--- A new term (node/leader.lua): every job is looked at once.
+-- A new term (node/leader.lua): every job is looked at once. (The marks
+-- and outages are kept from term to term; the queue is the term's.)
 function M.start(self)
-  self.marks = self.marks or {}
-  self.mfq = {}
-  self.mf_queued, self.mf_todo = {}, {}
-  for name in pairs(self.jobs) do self.mf_todo[name] = true end
+  local m = self.misfires
+  m.queue, m.queued, m.todo = {}, {}, {}
+  for name in pairs(self.jobs) do m.todo[name] = true end
+end
+
+-- How many jobs' marks are not seeded yet (their read failed: the next
+-- check tries again).
+function M.unseeded(self)
+  local n = 0
+  for _ in pairs(self.misfires.todo or {}) do n = n + 1 end
+  return n
 end
 
 -- Versions new since the last check: seed the marks they lack, queue them.
 local function queue_new(self)
-  local todo, seeds = self.mf_todo, {}
-  self.mf_todo = {}
+  local todo, seeds = self.misfires.todo, {}
+  self.misfires.todo = {}
   for name in pairs(todo) do
     local j = self.jobs[name]
     if j and not j.spec.manual and not j.spec.queue then
-      if self.marks[name] then mf_queue(self, name, j) else seeds[#seeds + 1] = name end
+      if self.misfires.marks[name] then mf_queue(self, name, j) else seeds[#seeds + 1] = name end
     end
   end
-  for _, name in ipairs(seed_marks(self, seeds)) do self.mf_todo[name] = true end -- (read failed: next check)
+  for _, name in ipairs(seed_marks(self, seeds)) do self.misfires.todo[name] = true end -- (read failed: next check)
   for _, name in ipairs(seeds) do
     local j = self.jobs[name]
-    if j and self.marks[name] then mf_queue(self, name, j) end
+    if j and self.misfires.marks[name] then mf_queue(self, name, j) end
   end
 end
 
@@ -192,12 +201,12 @@ end
 -- plans of those to look at (misfire_plan), and the names of all of them.
 local function take_due(self, now, horizon)
   local plans, popped = {}, {}
-  local q = self.mfq
+  local q = self.misfires.queue
   while q[1] and q[1].due <= horizon do
     local top = heap.pop(q, due_first)
     local name, rev = top.name, top.rev
-    if self.mf_queued[name] == rev then
-      self.mf_queued[name] = nil
+    if self.misfires.queued[name] == rev then
+      self.misfires.queued[name] = nil
       local j = self.jobs[name]
       if j and j.spec.revision == rev then
         popped[#popped + 1] = name
@@ -247,7 +256,7 @@ local function check_plans(self, plans, now)
     for k = i, math.min(i + 127, #plans) do
       local pl = plans[k]
       if not r then
-        self.marks[pl.name] = pl.from -- look again next time
+        self.misfires.marks[pl.name] = pl.from -- look again next time
       else
         M.settle(self, pl.name, pl.j, missed_of(P, pl, r.responses[k - i + 1].kvs), now)
       end
@@ -261,7 +270,7 @@ end
 -- silently and a store of thousands of jobs costs tens of requests.
 function M.check(self)
   if not runs.live(self) then return end
-  if not self.mfq then M.start(self) end
+  if not self.misfires.queue then M.start(self) end
   queue_new(self)
   local now = self.now()
   local horizon = misfire_horizon(self, now)
@@ -272,7 +281,7 @@ function M.check(self)
   -- Each job looked at waits for its next instant after its new mark.
   for _, name in ipairs(popped) do
     local j = self.jobs[name]
-    if j and self.marks[name] then mf_queue(self, name, j) end
+    if j and self.misfires.marks[name] then mf_queue(self, name, j) end
   end
   -- Events no node claimed: the same misfire rules (baton.events).
   unrun.misfires(self, horizon, now)
@@ -286,10 +295,9 @@ function M.settle(self, name, j, missed, now)
   local spec, P, e = j.spec, self.P, self.e
   -- An outage seen over several checks is one misfire: run_once runs one
   -- instant for all of it, not one per check.
-  self.outage = self.outage or {}
-  local continuing = self.outage[name]
-  if #missed == 0 then self.outage[name] = nil; return end
-  self.outage[name] = true
+  local continuing = self.misfires.outage[name]
+  if #missed == 0 then self.misfires.outage[name] = nil; return end
+  self.misfires.outage[name] = true
   local function in_time(f) return events.in_time(spec, f, now) end
   local newest
   for _, m in ipairs(missed) do

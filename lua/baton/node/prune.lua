@@ -9,7 +9,7 @@ local M = {}
 -- History pruning does not read every job's records every round: a store
 -- of 100,000 jobs would cost 100,000 requests a minute. A round counts the
 -- records (count_only, PRUNE_TXN jobs per transaction) of the jobs that may
--- have new ones (self.prune_dirty: jobs with scheduled instants since the
+-- have new ones (self.prune.dirty: jobs with scheduled instants since the
 -- last round, from the misfire check; jobs run by hand, from node/store.lua's
 -- trigger events; every queue and event job), plus a slice of all jobs in
 -- turn, so that every job is counted at least once every PRUNE_SWEEP
@@ -43,20 +43,20 @@ end
 -- those over history.
 function M.round(self)
   local P, e = self.P, self.e
-  local want = self.prune_dirty or {}
-  self.prune_dirty = {}
+  local want = self.prune.dirty
+  self.prune.dirty = {}
   for name in pairs(self.event_jobs or {}) do want[name] = true end
   for name, j in pairs(self.jobs) do
     if j.spec.queue then want[name] = true end
   end
   -- the sweep: a sorted list of all jobs, taken in PRUNE_SWEEP slices
-  local sw = self.prune_sweep
+  local sw = self.prune.sweep
   if not sw or sw.next > #sw.names then
     local names = {}
     for name in pairs(self.jobs) do names[#names + 1] = name end
     table.sort(names)
     sw = { names = names, next = 1, step = math.ceil(#names / M.PRUNE_SWEEP) }
-    self.prune_sweep = sw
+    self.prune.sweep = sw
   end
   for i = sw.next, math.min(#sw.names, sw.next + sw.step - 1) do want[sw.names[i]] = true end
   sw.next = sw.next + math.max(sw.step, 1)
@@ -71,7 +71,7 @@ function M.round(self)
     for k = i, math.min(i + M.PRUNE_TXN - 1, #names) do
       local name = names[k]
       if not r then
-        self.prune_dirty[name] = true -- counted again next round
+        self.prune.dirty[name] = true -- counted again next round
       elseif r.responses[k - i + 1].count > self.history then
         prune_job(self, name, r.responses[k - i + 1].count)
       end
@@ -82,8 +82,7 @@ end
 -- Job name may have new records (instants since the last misfire check, a
 -- run by hand): the next round counts them.
 function M.note(self, name)
-  self.prune_dirty = self.prune_dirty or {}
-  self.prune_dirty[name] = true
+  self.prune.dirty[name] = true
 end
 
 return M

@@ -5,8 +5,12 @@
 -- table state.new builds and the fields the node's modules name.
 --
 -- Fields that hold nothing yet are declared all the same (nil until their
--- owner sets them). A module's private state is a sub-table of its own
--- (self.store, self.triggers, self.decisions), its fields listed here.
+-- owner sets them). The top level is what modules share: the node's
+-- configuration, its parts, its session, the loaded jobs and policies,
+-- the registered nodes and the counts of runs. A module's private state
+-- is a sub-table of its own (self.store, self.triggers, self.decisions,
+-- self.misfires, self.prune, self.health, self.gc, self.claims,
+-- self.cancels, self.queues, self.timetable), its fields listed here.
 local baton = require "baton"
 
 local M = {}
@@ -76,13 +80,15 @@ M.FIELDS = {
   { "cancels", "node/cancel", "{[job/id] = request}: cancels that came before their run" },
   -- the leader's housekeeping (node/leader.lua): the misfire check
   -- (node/misfires.lua) and history pruning (node/prune.lua)
-  { "marks", "node/misfires", "{[job] = last instant accounted for}: the misfire marks" },
-  { "mfq", "node/misfires", "the misfire queue: jobs by when their next check is due" },
-  { "mf_queued", "node/misfires", "{[job] = true}: jobs in the misfire queue" },
-  { "mf_todo", "node/misfires", "{[job] = true}: jobs whose marks are not seeded yet" },
-  { "outage", "node/misfires", "{[job] = since}: misfires seen during an outage" },
-  { "prune_dirty", "node/prune", "{[job] = true}: jobs with new records to prune" },
-  { "prune_sweep", "node/prune", "the history sweep under way" },
+  -- misfires' own: marks ({[job] = last instant accounted for}, kept from
+  -- term to term), outage ({[job] = true}: misfires seen during an
+  -- outage), and the term's queue (jobs by when their next check is due),
+  -- queued ({[job] = revision} in the queue) and todo ({[job] = true}:
+  -- jobs whose marks are not seeded yet)
+  { "misfires", "node/misfires", "the misfire check's own state (above)" },
+  -- prune's own: dirty ({[job] = true}: jobs with new records to prune),
+  -- sweep (the history sweep under way, or nil)
+  { "prune", "node/prune", "history pruning's own state (above)" },
   -- the rest
   { "clock", "node/clock", "{offset, error, correction, ref, known, skewed, ...}" },
   { "clock_state", "node/clock", "the clock's samples and base" },
@@ -90,11 +96,12 @@ M.FIELDS = {
   { "event_jobs", "events", "{[name] = spec}: jobs triggered by events" },
   { "queues", "node/queue", "{[queue] = state}: the queues this node follows" },
   { "http", "node/http", "the HTTP API's state, or nil" },
-  { "etcd_ok_at", "node/metrics", "monotonic time of etcd's last answer" },
-  { "etcd_err", "node/metrics", "the last etcd error, nil after a success" },
-  { "notify_reader", "node/metrics", "the notifiers' outbox reader, or nil" },
-  { "notify_pending", "node/metrics", "{[job] = n}: notifications waiting" },
-  { "bursts", "node/gc", "garbage bursts under way (node/gc.lua)" },
+  -- health's: etcd_ok_at (monotonic time of etcd's last answer), etcd_err
+  -- (the last etcd error, nil after a success), notify_reader (the
+  -- notifiers' outbox reader, or nil), notify_pending ({[job] = n}:
+  -- notifications waiting)
+  { "health", "node/metrics", "what the node observes of etcd and its outbox (above)" },
+  { "gc", "node/gc", "{bursts}: garbage bursts under way (node/gc.lua)" },
 }
 
 M.DECLARED = {}
@@ -117,6 +124,8 @@ function M.new(opts)
     timetable = {}, policies = {}, store_version = 0,
     store = { want = {}, want_policy = {}, bad_policies = {}, status_inflight = 0 },
     triggers = { turns = {}, pending_seen = {}, parked = {}, nparked = 0 },
+    misfires = { marks = {}, outage = {} }, prune = { dirty = {} },
+    health = {}, gc = { bursts = 0 },
     decisions = { warned = {} },
     grace = opts.grace or 5, history = opts.history or 100, max_workers = opts.workers,
     pid = opts.pid, metrics = opts.metrics,
