@@ -16,7 +16,9 @@ local API = {
   "queue_push", "queue_tasks", "PUSH_TXN_OPS", "PUSH_TXN_BYTES", "queue_push_many",
   "list_policies", "show_policy", "check_policy", "put_policy", "rm_policy",
   "nodes", "leader",
-  "sign_source", "versions", "diff_versions", "rollback",
+  "sign_source", "versions", "diff_versions", "rollback", "current_revision",
+  "wait_runs",
+  "notify_show", "notify_set", "notify_unset",
 }
 local want = {}
 for _, name in ipairs(API) do

@@ -25,7 +25,6 @@ local ops = require "baton.ops"
 local logs = require "baton.cli.logs"
 
 local format, concat = string.format, table.concat
-local e = baton.etcd
 
 local USAGES = {
   put = "baton job put FILE.lua [--name NAME] [--sign KEY] [--author WHO] [--keep-versions N] [--json]",
@@ -375,16 +374,13 @@ function sub.kill(pos)
   end
   io.stdout:flush()
   -- Wait for the records to say how each run ended.
-  local deadline, failed = baton.monotime() + KILL_WAIT, false
+  local ids = {}
+  for i, t in ipairs(targets) do ids[i] = t.id end
+  local ended, werr = ops.wait_runs(name, ids, KILL_WAIT)
+  if not ended then return die("kill", name, werr) end
+  local failed = false
   for _, t in ipairs(targets) do
-    local rec
-    while true do
-      local g = e:get(keys.key(U.prefix(), "runs", name, t.id))
-      rec = g and g.kvs[1] and U.decode_object(g.kvs[1].value)
-      if rec and U.field(rec, "state") ~= "running" then break end
-      if baton.monotime() > deadline then rec = nil; break end
-      baton.sleep(0.1)
-    end
+    local rec = ended[t.id]
     local state = rec and U.field(rec, "state")
     if state == "killed" then
       io.stdout:write(U.escape(format("killed run %s of job %s (%s)", t.id, name,

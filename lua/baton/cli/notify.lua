@@ -1,13 +1,15 @@
 -- baton notify show|set|unset: where the notifiers send (P config/notify,
 -- read by each notifier run: a change applies at once on every node) and
--- the notifications not delivered yet (P notify/outbox/). The format and
--- the notifiers' behaviour: lua/baton/notify.lua and docs/guide.md,
+-- the notifications not delivered yet (P notify/outbox/), read and written
+-- by baton.ops (ops/notify.lua); this file parses and formats. The format
+-- and the notifiers' behaviour: lua/baton/notify.lua and docs/guide.md,
 -- "Alerting".
 local baton = require "baton"
 local A = require "baton.cli.args"
 local U = require "baton.cli.util"
 local keys = require "baton.keys"
 local notify = require "baton.notify"
+local ops = require "baton.ops"
 
 local format = string.format
 
@@ -61,30 +63,21 @@ local sub = {}
 
 function sub.show(pos, opts)
   if pos[2] then return usage("unexpected argument \"" .. pos[2] .. "\"") end
-  local e, P = baton.etcd, U.prefix()
-  local key = keys.key(P, "config", "notify")
-  local g, gerr = e:get(key)
-  if not g then return die("show", gerr) end
-  local kv = g.kvs[1]
-  local cfg, cerr
-  if kv then cfg, cerr = notify.decode(kv.value, true) end
-  local pending, total = notify.pending(e, P, 1000)
-  if not pending then return die("show", total) end
+  local r, stored = ops.notify_show(1000)
+  if not r then return die("show", stored) end
   if opts.json then
-    local raw = kv and select(2, pcall(baton.json.decode, kv.value))
-    U.print_json { key = key, revision = kv and kv.mod_revision or baton.json.null,
-                   config = (cfg or (type(raw) == "table" and raw)) or baton.json.null,
-                   error = cerr or baton.json.null, pending = baton.json.array(pending), pending_total = total }
+    U.print_json(r)
     return baton.exit(0)
   end
-  if not kv then
+  local key, cfg, pending, total = r.key, r.config, r.pending, r.pending_total
+  if not stored then
     io.stdout:write(format("no channels in %s (baton notify set webhook.url URL, baton notify set mail.to ADDRESS)\n",
       key))
-  elseif cerr then
-    io.stdout:write(format("%s (revision %d) is not valid: %s\n", key, kv.mod_revision, cerr:gsub("^EINVAL: ", "")))
-    U.write(true, kv.value, "\n")
+  elseif r.error ~= baton.json.null then
+    io.stdout:write(format("%s (revision %d) is not valid: %s\n", key, r.revision, r.error:gsub("^EINVAL: ", "")))
+    U.write(true, stored, "\n")
   else
-    io.stdout:write(format("channels in %s (revision %d):\n", key, kv.mod_revision))
+    io.stdout:write(format("channels in %s (revision %d):\n", key, r.revision))
     local rows = {}
     for _, name in ipairs(U.sorted_keys(cfg)) do
       rows[#rows + 1] = { "  " .. name, notify.type_of(name, cfg[name]), notify.settings_text(name, cfg[name]) }
@@ -94,7 +87,7 @@ function sub.show(pos, opts)
   if total == 0 then
     io.stdout:write("not delivered: none\n")
   else
-    io.stdout:write(format("not delivered: %d (%s)\n", total, keys.dir(P, "notify", "outbox")))
+    io.stdout:write(format("not delivered: %d (%s)\n", total, keys.dir(U.prefix(), "notify", "outbox")))
     local rows = {}
     for _, p in ipairs(pending) do
       rows[#rows + 1] = { "  " .. tostring(p.job), tostring(p.channel or "-"),
@@ -123,21 +116,15 @@ end
 
 function sub.set(pos, opts)
   if not pos[2] then return usage("needs CHANNEL.SETTING VALUE") end
-  local edits, names = {}, {}
+  local settings, names = {}, {}
   for i = 2, #pos, 2 do
     local name, field = notify.parse_path(pos[i], true)
     if not name then return usage(field) end
     if pos[i + 1] == nil then return usage(pos[i] .. " needs a VALUE") end
-    edits[#edits + 1] = notify.setter(name, field, pos[i + 1])
+    settings[#settings + 1] = { name, field, pos[i + 1] }
     names[#names + 1] = pos[i]
   end
-  local r, err = notify.update(baton.etcd, U.prefix(), function(cfg)
-    for _, edit in ipairs(edits) do
-      local ok, why = edit(cfg)
-      if not ok then return nil, why end
-    end
-    return true
-  end)
+  local r, err = ops.notify_set(settings)
   if not r then return die("set", err) end
   return done("set " .. table.concat(names, ", "), r, opts)
 end
@@ -147,7 +134,7 @@ function sub.unset(pos, opts)
   if pos[3] then return usage("unexpected argument \"" .. pos[3] .. "\"") end
   local name, field = notify.parse_path(pos[2])
   if not name then return usage(field) end
-  local r, err = notify.update(baton.etcd, U.prefix(), notify.unsetter(name, field))
+  local r, err = ops.notify_unset(name, field)
   if not r then return die("unset", err) end
   return done("removed " .. pos[2], r, opts)
 end

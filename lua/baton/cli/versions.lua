@@ -3,7 +3,6 @@
 -- that cli/job.lua and cli/policy.lua add to their own.
 local baton = require "baton"
 local U = require "baton.cli.util"
-local keys = require "baton.keys"
 local job = require "baton.job"
 local ops = require "baton.ops"
 
@@ -120,13 +119,13 @@ function SUB.diff(kind, d, pos)
   local r1, r2 = rev_of(d, pos[3]), pos[4] and rev_of(d, pos[4])
   if not r2 then
     -- One revision: against the current source, at its revision.
-    local g, gerr = baton.etcd:get(keys.key(U.prefix(), kind == "job" and "jobs" or "policies", name))
-    if not g then return d.die("diff", name, gerr) end
-    if not g.kvs[1] then
+    local cur, cerr = ops.current_revision(kind, name)
+    if cur == nil then return d.die("diff", name, cerr) end
+    if not cur then
       return d.die("diff", name, format("ENOENT: no %s %s is stored now to compare revision %d with; "
         .. "give two revisions (baton %s versions %s lists them)", kind, name, r1, kind, name))
     end
-    r2 = g.kvs[1].mod_revision
+    r2 = cur
   end
   local text, err = ops.diff_versions(kind, name, r1, r2)
   if not text then return d.die("diff", name, err) end

@@ -30,13 +30,16 @@
 --   ops/queue.lua     push a task, or a batch
 --   ops/policies.lua  list, show, check, put, rm
 --   ops/cluster.lua   the live nodes, the leader
---   ops/versions.lua  sign a source for later, its versions, diff, rollback
+--   ops/versions.lua  sign a source for later, its versions, diff, rollback,
+--                     the revision stored now
+--   ops/notify.lua    the notification channels and the outbox
 --
 -- and below them ops/store.lua (storing a checked source), ops/cycles.lua
 -- (trigger cycles through the stored jobs) and ops/common.lua (errors, the
 -- name check, the source size limit). They use the node's modules for what
 -- a run's keys hold (node/cancel.lua, output.lua), and baton.keys,
--- baton.util, baton.versions, baton.stored below that; nothing of the CLI.
+-- baton.util, baton.versions, baton.stored, baton.notify below that;
+-- nothing of the CLI.
 local M = {}
 
 -- Copies the named functions (and values) of one file into M.
@@ -55,6 +58,9 @@ export(require "baton.ops.queue", { "queue_push", "queue_tasks", "PUSH_TXN_OPS",
                                     "queue_push_many" })
 export(require "baton.ops.policies", { "list_policies", "show_policy", "check_policy", "put_policy", "rm_policy" })
 export(require "baton.ops.cluster", { "nodes", "leader" })
-export(require "baton.ops.versions", { "sign_source", "versions", "diff_versions", "rollback" })
+export(require "baton.ops.versions", { "sign_source", "versions", "diff_versions", "rollback",
+                                       "current_revision" })
+export(require "baton.ops.runs", { "wait_runs" })
+export(require "baton.ops.notify", { "notify_show", "notify_set", "notify_unset" })
 
 return M

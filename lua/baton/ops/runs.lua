@@ -315,4 +315,29 @@ function M.kill_job(name, opts)
   return { job = name, killed = json.array(killed), runs = json.array(targets) }
 end
 
+-- wait_runs(name, ids, timeout) --> {[id] = record}: waits until the
+-- record of each run ids[i] of job name says it ended (a state other than
+-- running), checking every 0.1 s, the runs in turn, for timeout seconds in
+-- all (`baton job kill` waits for the runs it stopped). A run still
+-- running at the deadline has no record in the answer; a record etcd
+-- cannot give meanwhile counts as still running.
+function M.wait_runs(name, ids, timeout)
+  local ok, nerr, ncode = check_name("job", name)
+  if not ok then return nil, nerr, ncode end
+  local deadline, ended = baton.monotime() + timeout, {}
+  for _, id in ipairs(ids) do
+    while true do
+      local g = etcd():get(keys.key(util.prefix(), "runs", name, id))
+      local rec = g and g.kvs[1] and decode_object(g.kvs[1].value)
+      if rec and field(rec, "state") ~= "running" then
+        ended[id] = rec
+        break
+      end
+      if baton.monotime() > deadline then break end
+      baton.sleep(0.1)
+    end
+  end
+  return ended
+end
+
 return M

@@ -1,7 +1,8 @@
 -- What is done to a job's or policy's source whatever its kind, through
 -- that kind's own check and put (ops/jobs.lua, ops/policies.lua): signing
 -- it for a later put (job sign, policy sign), and its version log (baton
--- .versions keeps the entries): the versions, a diff of two, a rollback.
+-- .versions keeps the entries): the versions, a diff of two, a rollback,
+-- the revision stored now.
 local baton = require "baton"
 local util = require "baton.util"
 local keys = require "baton.keys"
@@ -131,6 +132,17 @@ function M.rollback(kind, name, rev, opts)
   if not r then return nil, perr, pcode, extra end
   r.rolled_back, r.diff, r.from = rev, diff, how
   return r
+end
+
+-- current_revision(kind, name) --> the revision of the source stored now
+-- (its key's mod revision), or false when none is stored: what `baton job
+-- diff NAME REV` compares REV with.
+function M.current_revision(kind, name)
+  local ok, nerr, ncode = check_name(kind, name)
+  if not ok then return nil, nerr, ncode end
+  local g, err, code = etcd():get(keys.key(util.prefix(), kind == "job" and "jobs" or "policies", name))
+  if not g then return nil, err, code end
+  return g.kvs[1] and g.kvs[1].mod_revision or false
 end
 
 return M
