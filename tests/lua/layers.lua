@@ -2,8 +2,10 @@
 -- ends -> ops -> node and worker -> the rest), no require cycle (lazy
 -- requires inside functions count), the size limits (no file over 600
 -- lines, node/init.lua under 250, no function over 80 lines unless the
--- line above it says why: "-- long: ..."), and docs/architecture.md's
--- "Where things are" names every module and only those.
+-- line above it says why: "-- long: ..."), docs/architecture.md's
+-- "Where things are" names every module and only those, and the CLI only
+-- parses and formats: no file of cli/ talks to etcd itself (baton.ops
+-- does), but those on one list.
 local T = require "tap"
 
 local root = assert(os.getenv("BATON_ROOT"), "BATON_ROOT")
@@ -140,5 +142,70 @@ T.is(#unnamed, 0, "every module of lua/baton/ is on the map")
 for _, u in ipairs(unnamed) do T.diag("not on the map: " .. u) end
 T.is(#gone, 0, "the map names no module that is not in the tree")
 for _, g in ipairs(gone) do T.diag("on the map, not in lua/baton/: " .. g) end
+
+-- 5. The CLI only parses and formats: no file of lua/baton/cli/ names the
+-- etcd client (baton.etcd, or any x.etcd) or calls :get, :put, :txn,
+-- :watch or :delete on anything, in code (comments and strings, long ones
+-- too, are blanked first), except the files listed here.
+local CLI_ETCD = {
+  ["lua/baton/cli/lock.lua"] = "etcd's lock recipe, through baton.concurrency",
+  ["lua/baton/cli/elect.lua"] = "etcd's election recipe, through baton.concurrency",
+  ["lua/baton/cli/leader.lua"] = "etcd's election recipe",
+  ["lua/baton/cli/logs.lua"] = "following a run: not moved into ops yet",
+}
+-- The end of the comment or string that starts at s of text (its first
+-- character: - [ " '), or nil when none starts there.
+local function skip(text, s)
+  local c = text:sub(s, s)
+  if c == "-" or c == "[" then
+    local at = c == "-" and s + 2 or s
+    if c == "-" and text:sub(s + 1, s + 1) ~= "-" then return nil end
+    local eq = text:match("^%[(=*)%[", at)
+    if eq then return select(2, text:find("]" .. eq .. "]", at, true)) or #text end
+    if c == "[" then return nil end
+    return (text:find("\n", s, true) or #text + 1) - 1
+  end
+  local k = s + 1
+  while true do
+    local q = text:find("[\\\n" .. c .. "]", k)
+    if not q or text:sub(q, q) ~= "\\" then return q and q - (text:sub(q, q) == "\n" and 1 or 0) or #text end
+    k = q + 2
+  end
+end
+-- src (a file's lines) as code: each comment blanked, each string blanked
+-- but its first character (so a call f "x" still shows), lines kept.
+local function code_of(src)
+  local text, parts, i = table.concat(src, "\n"), {}, 1
+  while true do
+    local s = text:find("[%-%[\"']", i)
+    if not s then break end
+    local e = skip(text, s)
+    if e then
+      local keep = text:sub(s, s) == "-" and "" or text:sub(s, s)
+      parts[#parts + 1] = text:sub(i, s - 1) .. keep .. text:sub(s + #keep, e):gsub("[^\n]", " ")
+      i = e + 1
+    else
+      parts[#parts + 1] = text:sub(i, s)
+      i = s + 1
+    end
+  end
+  parts[#parts + 1] = text:sub(i)
+  local out = {}
+  for line in (table.concat(parts) .. "\n"):gmatch("([^\n]*)\n") do out[#out + 1] = line end
+  return out
+end
+local CALLS = { "get", "put", "txn", "watch", "delete" }
+local talks = {}
+for _, f in ipairs(files) do
+  if f:find("^lua/baton/cli/[^/]+%.lua$") and not CLI_ETCD[f] then
+    for n, line in ipairs(code_of(lines_of[f])) do
+      local bad = line:find("%.%s*etcd%f[^%w_]")
+      for _, m in ipairs(CALLS) do bad = bad or line:find(":%s*" .. m .. "%s*[%(%{\"'%[]") end
+      if bad then talks[#talks + 1] = ("%s:%d: %s"):format(f, n, lines_of[f][n]:match("^%s*(.-)%s*$")) end
+    end
+  end
+end
+T.is(#talks, 0, "no file of cli/ talks to etcd itself (baton.ops does), but those CLI_ETCD lists")
+for _, t in ipairs(talks) do T.diag(t) end
 
 T.done()
