@@ -148,9 +148,7 @@ for _, g in ipairs(gone) do T.diag("on the map, not in lua/baton/: " .. g) end
 -- :watch or :delete on anything, in code (comments and strings, long ones
 -- too, are blanked first), except the files listed here.
 local CLI_ETCD = {
-  ["lua/baton/cli/lock.lua"] = "etcd's lock recipe, through baton.concurrency",
   ["lua/baton/cli/elect.lua"] = "etcd's election recipe, through baton.concurrency",
-  ["lua/baton/cli/leader.lua"] = "etcd's election recipe",
   ["lua/baton/cli/logs.lua"] = "following a run: not moved into ops yet",
 }
 -- The end of the comment or string that starts at s of text (its first

@@ -376,25 +376,24 @@ function sub.kill(pos)
   -- Wait for the records to say how each run ended.
   local ids = {}
   for i, t in ipairs(targets) do ids[i] = t.id end
-  local ended, werr = ops.wait_runs(name, ids, KILL_WAIT)
-  if not ended then return die("kill", name, werr) end
   local failed = false
-  for _, t in ipairs(targets) do
-    local rec = ended[t.id]
+  local ended, werr = ops.wait_runs(name, ids, KILL_WAIT, function(rid, rec)
     local state = rec and U.field(rec, "state")
     if state == "killed" then
-      io.stdout:write(U.escape(format("killed run %s of job %s (%s)", t.id, name,
+      io.stdout:write(U.escape(format("killed run %s of job %s (%s)", rid, name,
         tostring(U.field(rec, "error") or "killed"))), "\n")
+      io.stdout:flush()
     elseif state then
       failed = true
       io.stderr:write(U.escape(format("baton: job kill %s %s: the run ended %s before it could be stopped",
-        name, t.id, tostring(state))), "\n")
+        name, rid, tostring(state))), "\n")
     else
       failed = true
       io.stderr:write(U.escape(format("baton: job kill %s %s: asked to stop, but it is still running after %d s "
-        .. "(it is recorded killed once its processes are gone)", name, t.id, KILL_WAIT)), "\n")
+        .. "(it is recorded killed once its processes are gone)", name, rid, KILL_WAIT)), "\n")
     end
-  end
+  end)
+  if not ended then return die("kill", name, werr) end
   baton.exit(failed and 1 or 0)
 end
 

@@ -315,13 +315,16 @@ function M.kill_job(name, opts)
   return { job = name, killed = json.array(killed), runs = json.array(targets) }
 end
 
--- wait_runs(name, ids, timeout) --> {[id] = record}: waits until the
--- record of each run ids[i] of job name says it ended (a state other than
--- running), checking every 0.1 s, the runs in turn, for timeout seconds in
--- all (`baton job kill` waits for the runs it stopped). A run still
--- running at the deadline has no record in the answer; a record etcd
--- cannot give meanwhile counts as still running.
-function M.wait_runs(name, ids, timeout)
+-- wait_runs(name, ids, timeout [, each]) --> {[id] = record}: waits until
+-- the record of each run ids[i] of job name says it ended (a state other
+-- than running), checking every 0.1 s, the runs in turn, for timeout
+-- seconds in all (`baton job kill` waits for the runs it stopped). each(id,
+-- record), when given, is called for every run in order as soon as its
+-- wait is over (record nil: still running at the deadline), so that the
+-- caller can say at once how it ended. A run still running at the deadline
+-- has no record in the answer; a record etcd cannot give meanwhile counts
+-- as still running.
+function M.wait_runs(name, ids, timeout, each)
   local ok, nerr, ncode = check_name("job", name)
   if not ok then return nil, nerr, ncode end
   local deadline, ended = baton.monotime() + timeout, {}
@@ -336,6 +339,7 @@ function M.wait_runs(name, ids, timeout)
       if baton.monotime() > deadline then break end
       baton.sleep(0.1)
     end
+    if each then each(id, ended[id]) end
   end
   return ended
 end
